@@ -1,0 +1,67 @@
+// Speech decoder: RVQ codes [T, 16] -> 24 kHz waveform, in one call or as an exact stream.
+//
+// Every layer of the decoder is causal, so a stream that keeps each layer's left context
+// (conv inputs, the attention window's keys and values) computes exactly the samples of a
+// single full pass. The full decode is such a stream, fed in bounded chunks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kazeia/decoder_arch.h"
+
+namespace kazeia {
+
+class DecoderStream;
+
+class SpeechDecoder {
+  public:
+    // Loads `decoder.gguf`. `n_threads` compute threads are owned by each stream.
+    SpeechDecoder(const std::string &path, int n_threads);
+    ~SpeechDecoder();
+    SpeechDecoder(const SpeechDecoder &) = delete;
+    SpeechDecoder &operator=(const SpeechDecoder &) = delete;
+
+    const DecoderHParams &hparams() const;
+    int n_threads() const;
+
+    // codes: time-major [n_frames][num_quantizers]; returns n_frames * hop_length samples.
+    std::vector<float> decode(const int32_t *codes, int64_t n_frames) const;
+
+    // A new stream at position 0. The decoder must outlive it.
+    std::unique_ptr<DecoderStream> stream() const;
+
+    struct Model;  // weights and hparams (private to the implementation)
+
+  private:
+    std::unique_ptr<Model> model_;
+};
+
+class DecoderStream {
+  public:
+    ~DecoderStream();
+    DecoderStream(const DecoderStream &) = delete;
+    DecoderStream &operator=(const DecoderStream &) = delete;
+
+    // Feeds the next n_frames (>= 1) frames; returns exactly their n_frames * hop_length
+    // samples. Thread-safe (calls on one stream are serialized).
+    std::vector<float> push(const int32_t *codes, int64_t n_frames);
+    // Back to position 0 with empty history.
+    void reset();
+    int64_t frames_pushed() const;
+    const DecoderHParams &hparams() const;
+
+    struct State;
+
+  private:
+    friend class SpeechDecoder;
+    explicit DecoderStream(const SpeechDecoder::Model &model);
+    std::unique_ptr<State> state_;
+};
+
+// Largest number of frames one graph evaluates; longer pushes are split (memory bound).
+inline constexpr int64_t DECODER_MAX_CHUNK_FRAMES = 16;
+
+}  // namespace kazeia

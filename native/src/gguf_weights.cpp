@@ -1,0 +1,137 @@
+#include "gguf_weights.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+
+#include "kazeia/error.h"
+
+namespace kazeia {
+
+namespace {
+struct FileClose { void operator()(FILE *f) const { std::fclose(f); } };
+using FilePtr = std::unique_ptr<FILE, FileClose>;
+
+std::string shape_str(const int64_t *ne, int n) {
+    std::ostringstream s;
+    s << "[";
+    for (int i = 0; i < n; ++i) s << (i ? ", " : "") << ne[i];
+    s << "]";
+    return s.str();
+}
+}  // namespace
+
+GgufWeights::GgufWeights(const std::string &path, const char *expected_arch,
+                         ggml_backend_buffer_type_t buft)
+    : path_(path) {
+    FilePtr file(std::fopen(path.c_str(), "rb"));
+    if (!file) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
+    char magic[4] = {};
+    if (std::fread(magic, 1, 4, file.get()) != 4 || std::memcmp(magic, "GGUF", 4) != 0)
+        throw ModelError(path + " is not a GGUF file (bad magic)");
+    std::fseek(file.get(), 0, SEEK_END);
+    const long file_size = std::ftell(file.get());
+
+    ggml_context *ctx = nullptr;
+    gguf_init_params params = {/*no_alloc =*/true, /*ctx =*/&ctx};
+    gguf_.reset(gguf_init_from_file(path.c_str(), params));
+    if (!gguf_) throw ModelError(path + " is a corrupt or truncated GGUF file (header unreadable)");
+    ctx_.reset(ctx);
+
+    const std::string arch = get_str("general.architecture");
+    if (arch != expected_arch)
+        throw ModelError(path + " is a '" + arch + "' GGUF, expected '" + expected_arch + "'");
+
+    // Every tensor's bytes must lie inside the file before anything is read.
+    const size_t data_offset = gguf_get_data_offset(gguf_.get());
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_.get()); ++i) {
+        const char *name = gguf_get_tensor_name(gguf_.get(), i);
+        ggml_tensor *t = ggml_get_tensor(ctx_.get(), name);
+        const size_t end = data_offset + gguf_get_tensor_offset(gguf_.get(), i) + ggml_nbytes(t);
+        if (end > (size_t)file_size)
+            throw ModelError(path + " is truncated: tensor '" + name + "' ends at byte " +
+                             std::to_string(end) + " of " + std::to_string(file_size));
+    }
+
+    buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), buft));
+    if (!buffer_) throw ModelError("out of memory allocating the weights of " + path);
+    ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+
+    const bool host = ggml_backend_buffer_is_host(buffer_.get());
+    std::vector<uint8_t> staging;
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_.get()); ++i) {
+        const char *name = gguf_get_tensor_name(gguf_.get(), i);
+        ggml_tensor *t = ggml_get_tensor(ctx_.get(), name);
+        const size_t n = ggml_nbytes(t);
+        if (std::fseek(file.get(), (long)(data_offset + gguf_get_tensor_offset(gguf_.get(), i)),
+                       SEEK_SET) != 0)
+            throw ModelError(path + ": cannot seek to tensor '" + name + "'");
+        void *dst = t->data;
+        if (!host) {
+            staging.resize(n);
+            dst = staging.data();
+        }
+        if (std::fread(dst, 1, n, file.get()) != n)
+            throw ModelError(path + " is truncated: cannot read tensor '" + name + "'");
+        if (!host) ggml_backend_tensor_set(t, staging.data(), 0, n);
+    }
+}
+
+ggml_tensor *GgufWeights::tensor(const std::string &name) const {
+    ggml_tensor *t = ggml_get_tensor(ctx_.get(), name.c_str());
+    if (!t) throw ModelError(path_ + " has no tensor '" + name + "'");
+    return t;
+}
+
+void GgufWeights::check_shape(const std::string &name, const std::vector<int64_t> &ne) const {
+    const ggml_tensor *t = tensor(name);
+    bool ok = ggml_n_dims(t) <= (int)ne.size();
+    for (int i = 0; ok && i < GGML_MAX_DIMS; ++i)
+        ok = t->ne[i] == (i < (int)ne.size() ? ne[i] : 1);
+    if (!ok)
+        throw ModelError(path_ + ": tensor '" + name + "' has shape " +
+                         shape_str(t->ne, ggml_n_dims(t)) + ", expected " +
+                         shape_str(ne.data(), (int)ne.size()));
+}
+
+int64_t GgufWeights::n_tensors() const { return gguf_get_n_tensors(gguf_.get()); }
+
+std::string GgufWeights::tensor_name(int64_t i) const {
+    return gguf_get_tensor_name(gguf_.get(), i);
+}
+
+int64_t GgufWeights::find_key(const char *key, gguf_type type) const {
+    const int64_t id = gguf_find_key(gguf_.get(), key);
+    if (id < 0) throw ModelError(path_ + " lacks metadata key '" + std::string(key) + "'");
+    if (gguf_get_kv_type(gguf_.get(), id) != type)
+        throw ModelError(path_ + ": metadata key '" + std::string(key) + "' has type " +
+                         gguf_type_name(gguf_get_kv_type(gguf_.get(), id)) + ", expected " +
+                         gguf_type_name(type));
+    return id;
+}
+
+uint32_t GgufWeights::get_u32(const char *key) const {
+    return gguf_get_val_u32(gguf_.get(), find_key(key, GGUF_TYPE_UINT32));
+}
+
+float GgufWeights::get_f32(const char *key) const {
+    return gguf_get_val_f32(gguf_.get(), find_key(key, GGUF_TYPE_FLOAT32));
+}
+
+std::string GgufWeights::get_str(const char *key) const {
+    return gguf_get_val_str(gguf_.get(), find_key(key, GGUF_TYPE_STRING));
+}
+
+std::vector<uint32_t> GgufWeights::get_u32_array(const char *key) const {
+    const int64_t id = find_key(key, GGUF_TYPE_ARRAY);
+    if (gguf_get_arr_type(gguf_.get(), id) != GGUF_TYPE_UINT32)
+        throw ModelError(path_ + ": metadata key '" + std::string(key) +
+                         "' is not an array of uint32");
+    const size_t n = gguf_get_arr_n(gguf_.get(), id);
+    const auto *data = static_cast<const uint32_t *>(gguf_get_arr_data(gguf_.get(), id));
+    return std::vector<uint32_t>(data, data + n);
+}
+
+}  // namespace kazeia

@@ -1,0 +1,43 @@
+// Loading one model part from a GGUF file: checked metadata, tensors in a backend buffer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ggml_raii.h"
+
+namespace kazeia {
+
+class GgufWeights {
+  public:
+    // Opens `path`, checks that `general.architecture` is `expected_arch`, and reads every
+    // tensor into one buffer of `buft`. Throws ModelError with a message naming the file.
+    GgufWeights(const std::string &path, const char *expected_arch,
+                ggml_backend_buffer_type_t buft);
+
+    const std::string &path() const { return path_; }
+    const gguf_context *meta() const { return gguf_.get(); }
+
+    // The tensor called `name`; throws ModelError naming it when absent.
+    ggml_tensor *tensor(const std::string &name) const;
+    // Checks a tensor's shape; throws ModelError naming it on mismatch.
+    void check_shape(const std::string &name, const std::vector<int64_t> &ne) const;
+    int64_t n_tensors() const;
+    std::string tensor_name(int64_t i) const;
+
+    uint32_t get_u32(const char *key) const;
+    float get_f32(const char *key) const;
+    std::string get_str(const char *key) const;
+    std::vector<uint32_t> get_u32_array(const char *key) const;
+
+  private:
+    int64_t find_key(const char *key, gguf_type type) const;
+
+    std::string path_;
+    GgufContextPtr gguf_;
+    GgmlContextPtr ctx_;
+    BufferPtr buffer_;
+};
+
+}  // namespace kazeia

@@ -1,0 +1,558 @@
+#include "kazeia/speech_decoder.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "ggml_raii.h"
+#include "gguf_weights.h"
+#include "kazeia/error.h"
+#include "ops.h"
+
+namespace kazeia {
+
+namespace {
+
+// Residual units of each vocoder block: kernel 7 with these dilations (official code constants).
+constexpr int RES_KERNEL = 7;
+constexpr int RES_DILATIONS[3] = {1, 3, 9};
+constexpr int DWCONV_KERNEL = 7;
+constexpr int GRAPH_SIZE = 4096;
+
+struct Conv {
+    ggml_tensor *w = nullptr;  // [k * in, out]
+    ggml_tensor *b = nullptr;  // [out] or null
+    int64_t k = 1, in = 0, out = 0;
+};
+
+struct Snake {
+    ggml_tensor *alpha = nullptr, *inv_beta = nullptr;
+};
+
+struct TfmLayer {
+    ggml_tensor *attn_norm, *q, *k, *v, *o, *attn_scale, *ffn_norm, *gate, *up, *down, *ffn_scale;
+};
+
+struct Upsample {
+    Conv trans;  // one-tap transposed conv: w [in, r * out]
+    int64_t r = 1;
+    ggml_tensor *dw_w, *dw_b, *norm_w, *norm_b, *pw1_w, *pw1_b, *pw2_w, *pw2_b, *gamma;
+};
+
+struct ResUnit {
+    Snake snake1;
+    Conv conv1;
+    int dilation = 1;
+    Snake snake2;
+    Conv conv2;
+};
+
+struct VocoderBlock {
+    Snake snake;
+    Conv up;  // two-tap transposed conv: w [2 * in, r * out]
+    int64_t r = 1;
+    ResUnit res[3];
+};
+
+}  // namespace
+
+struct SpeechDecoder::Model {
+    GgufWeights weights;
+    DecoderHParams hp;
+    int n_threads;
+    ggml_tensor *rvq_first_out, *rvq_rest_out;
+    std::vector<ggml_tensor *> codebooks;
+    Conv pre_conv, in_proj, out_proj;
+    ggml_tensor *tfm_norm;
+    std::vector<TfmLayer> layers;
+    std::vector<Upsample> upsample;
+    Conv conv_in, conv_out;
+    std::vector<VocoderBlock> blocks;
+    Snake snake_out;
+
+    Model(const std::string &path, int threads)
+        : weights(path, DECODER_ARCH, ggml_backend_cpu_buffer_type()), n_threads(threads) {
+        const uint32_t version = weights.get_u32(DECODER_KEY_FORMAT_VERSION);
+        if (version != DECODER_FORMAT_VERSION)
+            throw ModelError(path + " has decoder format version " + std::to_string(version) +
+                             ", this build reads version " +
+                             std::to_string(DECODER_FORMAT_VERSION) + ": re-run the converter");
+        for (const MetaKey &k : decoder_meta_keys()) {
+            if (k.type == MetaType::U32) hp.*(k.u32) = weights.get_u32(k.key);
+            else if (k.type == MetaType::F32) hp.*(k.f32) = weights.get_f32(k.key);
+            else hp.*(k.u32_array) = weights.get_u32_array(k.key);
+        }
+        check_hparams(path);
+
+        // The file must hold exactly the tensors of the table, with their shapes.
+        const auto specs = decoder_tensor_specs(hp);
+        for (const TensorSpec &s : specs) weights.check_shape(s.name, s.ne);
+        if (weights.n_tensors() != (int64_t)specs.size()) {
+            for (int64_t i = 0; i < weights.n_tensors(); ++i) {
+                const std::string name = weights.tensor_name(i);
+                if (std::none_of(specs.begin(), specs.end(),
+                                 [&](const TensorSpec &s) { return s.name == name; }))
+                    throw ModelError(path + " has an unexpected tensor '" + name + "'");
+            }
+        }
+        bind_tensors();
+    }
+
+    void check_hparams(const std::string &path) const {
+        auto fail = [&](const std::string &what) {
+            throw ModelError(path + ": invalid decoder hyper-parameters: " + what);
+        };
+        if (hp.num_quantizers < 2 || hp.num_quantizers > 64) fail("num_quantizers");
+        if (hp.num_semantic_quantizers < 1 || hp.num_semantic_quantizers >= hp.num_quantizers)
+            fail("num_semantic_quantizers");
+        if (hp.codebook_size == 0 || hp.codebook_dim < 2 || hp.codebook_dim % 2) fail("codebook");
+        if (hp.num_heads == 0 || hp.num_kv_heads == 0 || hp.num_heads % hp.num_kv_heads)
+            fail("attention heads");
+        if (hp.sliding_window < 2) fail("sliding_window");
+        if (hp.upsample_rates.empty() || hp.upsampling_ratios.empty()) fail("upsampling");
+        uint64_t hop = 1;
+        for (uint32_t r : hp.upsample_rates) hop *= r;
+        for (uint32_t r : hp.upsampling_ratios) hop *= r;
+        if (hop != hp.hop_length) fail("hop_length is not the product of the upsampling rates");
+        if (hp.decoder_dim % (1u << hp.upsample_rates.size())) fail("decoder_dim");
+    }
+
+    void bind_tensors() {
+        auto t = [&](const std::string &name) { return weights.tensor(name); };
+        auto conv = [&](const std::string &name, int64_t in) {
+            Conv c;
+            c.w = t(name + ".weight");
+            c.b = t(name + ".bias");
+            c.in = in;
+            c.k = c.w->ne[0] / in;
+            c.out = c.w->ne[1];
+            return c;
+        };
+        auto snake = [&](const std::string &name) {
+            return Snake{t(name + ".alpha"), t(name + ".inv_beta")};
+        };
+        for (uint32_t q = 0; q < hp.num_quantizers; ++q)
+            codebooks.push_back(t(dec_name::codebook((int)q)));
+        rvq_first_out = t(dec_name::RVQ_FIRST_OUT);
+        rvq_rest_out = t(dec_name::RVQ_REST_OUT);
+        pre_conv = conv(dec_name::PRE_CONV, hp.codebook_dim);
+        in_proj = conv(dec_name::IN_PROJ, hp.latent_dim);
+        for (int il = 0; il < (int)hp.num_layers; ++il) {
+            auto l = [&](const char *part) { return t(dec_name::layer(il, part)); };
+            layers.push_back(TfmLayer{l("attn_norm.weight"), l("attn_q.weight"),
+                                      l("attn_k.weight"), l("attn_v.weight"), l("attn_o.weight"),
+                                      l("attn_scale"), l("ffn_norm.weight"), l("ffn_gate.weight"),
+                                      l("ffn_up.weight"), l("ffn_down.weight"), l("ffn_scale")});
+        }
+        tfm_norm = t(dec_name::TFM_NORM);
+        out_proj = conv(dec_name::OUT_PROJ, hp.hidden_size);
+        for (int i = 0; i < (int)hp.upsampling_ratios.size(); ++i) {
+            auto u = [&](const char *part) { return t(dec_name::upsample(i, part)); };
+            Upsample up;
+            up.r = hp.upsampling_ratios[i];
+            up.trans = Conv{u("trans.weight"), u("trans.bias"), 1, hp.latent_dim, hp.latent_dim};
+            up.dw_w = u("dwconv.weight");
+            up.dw_b = u("dwconv.bias");
+            up.norm_w = u("norm.weight");
+            up.norm_b = u("norm.bias");
+            up.pw1_w = u("pwconv1.weight");
+            up.pw1_b = u("pwconv1.bias");
+            up.pw2_w = u("pwconv2.weight");
+            up.pw2_b = u("pwconv2.bias");
+            up.gamma = u("gamma");
+            upsample.push_back(up);
+        }
+        conv_in = conv(dec_name::vocoder("conv_in"), hp.latent_dim);
+        int64_t ch = hp.decoder_dim;
+        for (int b = 0; b < (int)hp.upsample_rates.size(); ++b) {
+            const std::string n = "blk." + std::to_string(b) + ".";
+            VocoderBlock blk;
+            blk.r = hp.upsample_rates[b];
+            blk.snake = snake(dec_name::vocoder(n + "snake"));
+            blk.up = Conv{t(dec_name::vocoder(n + "up.weight")), t(dec_name::vocoder(n + "up.bias")),
+                          2, ch, ch / 2};
+            for (int u = 0; u < 3; ++u) {
+                const std::string nu = n + "res." + std::to_string(u) + ".";
+                ResUnit &ru = blk.res[u];
+                ru.snake1 = snake(dec_name::vocoder(nu + "snake1"));
+                ru.conv1 = conv(dec_name::vocoder(nu + "conv1"), ch / 2);
+                ru.dilation = RES_DILATIONS[u];
+                ru.snake2 = snake(dec_name::vocoder(nu + "snake2"));
+                ru.conv2 = conv(dec_name::vocoder(nu + "conv2"), ch / 2);
+            }
+            blocks.push_back(blk);
+            ch /= 2;
+        }
+        snake_out = snake(dec_name::vocoder("snake_out"));
+        conv_out = conv(dec_name::vocoder("conv_out"), ch);
+    }
+};
+
+// Per-stream state: the left context of every causal layer, kept in one backend buffer, plus
+// the stream's own backend, threads and compute allocator.
+struct DecoderStream::State {
+    const SpeechDecoder::Model &m;
+    std::mutex mutex;
+    BackendPtr backend;
+    ThreadpoolPtr threadpool;
+    GallocrPtr allocr;
+    GgmlContextPtr state_ctx;
+    BufferPtr state_buf;
+    std::vector<uint8_t> graph_mem;
+    int64_t n_past = 0;
+
+    ggml_tensor *pre_conv;
+    std::vector<ggml_tensor *> k_cache, v_cache;
+    std::vector<ggml_tensor *> up_dw;
+    ggml_tensor *conv_in;
+    std::vector<ggml_tensor *> blk_up;
+    std::vector<std::array<ggml_tensor *, 3>> res_conv1;
+    ggml_tensor *conv_out;
+
+    explicit State(const SpeechDecoder::Model &model) : m(model) {
+        backend.reset(ggml_backend_cpu_init());
+        if (!backend) throw std::runtime_error("cannot initialize the ggml CPU backend");
+        ggml_threadpool_params tp = ggml_threadpool_params_default(m.n_threads);
+        threadpool.reset(ggml_threadpool_new(&tp));
+        if (!threadpool) throw std::runtime_error("cannot create the decoder threadpool");
+        ggml_backend_cpu_set_n_threads(backend.get(), m.n_threads);
+        ggml_backend_cpu_set_threadpool(backend.get(), threadpool.get());
+        allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
+        graph_mem.resize(ggml_tensor_overhead() * GRAPH_SIZE * 2 +
+                         ggml_graph_overhead_custom(GRAPH_SIZE, false));
+        create_state();
+    }
+
+    void create_state() {
+        const DecoderHParams &hp = m.hp;
+        const size_t n_tensors = 4 + 2 * hp.num_layers + hp.upsampling_ratios.size() +
+                                 4 * hp.upsample_rates.size();
+        ggml_init_params params = {ggml_tensor_overhead() * n_tensors, nullptr, true};
+        state_ctx.reset(ggml_init(params));
+        ggml_context *ctx = state_ctx.get();
+        auto make = [&](int64_t channels, int64_t columns) {
+            return ggml_new_tensor_2d(ctx, GGML_TYPE_F32, channels, columns);
+        };
+        pre_conv = make(hp.codebook_dim, m.pre_conv.k - 1);
+        const int64_t kv_dim = (int64_t)hp.num_kv_heads * hp.head_dim;
+        for (uint32_t il = 0; il < hp.num_layers; ++il) {
+            k_cache.push_back(make(kv_dim, hp.sliding_window - 1));
+            v_cache.push_back(make(kv_dim, hp.sliding_window - 1));
+        }
+        for (size_t i = 0; i < hp.upsampling_ratios.size(); ++i)
+            up_dw.push_back(make(hp.latent_dim, DWCONV_KERNEL - 1));
+        conv_in = make(hp.latent_dim, m.conv_in.k - 1);
+        for (const VocoderBlock &b : m.blocks) {
+            blk_up.push_back(make(b.up.in, 1));
+            std::array<ggml_tensor *, 3> res{};
+            for (int u = 0; u < 3; ++u)
+                res[u] = make(b.res[u].conv1.in, (b.res[u].conv1.k - 1) * b.res[u].dilation);
+            res_conv1.push_back(res);
+        }
+        conv_out = make(m.conv_out.in, m.conv_out.k - 1);
+        state_buf.reset(ggml_backend_alloc_ctx_tensors(ctx, backend.get()));
+        if (!state_buf) throw std::runtime_error("out of memory allocating the decoder stream state");
+        reset();
+    }
+
+    void reset() {
+        ggml_backend_buffer_clear(state_buf.get(), 0);
+        n_past = 0;
+    }
+};
+
+namespace {
+
+// Builds the graph of one push. Activations are [channels, time] (channel fastest), so a
+// shift in time is a plain offset and a conv's im2col is a view of the padded input.
+class GraphBuilder {
+  public:
+    GraphBuilder(DecoderStream::State &s, ggml_context *ctx, ggml_cgraph *gf)
+        : s_(s), m_(s.m), ctx_(ctx), gf_(gf) {}
+
+    ggml_tensor *codes = nullptr;      // I32 [n, num_quantizers] (time fastest per quantizer)
+    ggml_tensor *positions = nullptr;  // I32 [n]
+    ggml_tensor *kq_mask = nullptr;    // F32 [window - 1 + n, n]
+
+    ggml_tensor *build(int64_t n) {
+        const DecoderHParams &hp = m_.hp;
+        codes = ggml_new_tensor_2d(ctx_, GGML_TYPE_I32, n, hp.num_quantizers);
+        ggml_set_input(codes);
+        positions = ggml_new_tensor_1d(ctx_, GGML_TYPE_I32, n);
+        ggml_set_input(positions);
+        kq_mask = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.sliding_window - 1 + n, n);
+        ggml_set_input(kq_mask);
+
+        ggml_tensor *x = quantizer(n);
+        x = causal_conv(x, s_.pre_conv, m_.pre_conv, 1);
+        x = transformer(x, n);
+        for (size_t i = 0; i < m_.upsample.size(); ++i) x = upsample(x, m_.upsample[i], s_.up_dw[i]);
+        x = causal_conv(x, s_.conv_in, m_.conv_in, 1);
+        for (size_t b = 0; b < m_.blocks.size(); ++b) x = vocoder_block(x, m_.blocks[b], b);
+        x = snake_beta(ctx_, x, m_.snake_out.alpha, m_.snake_out.inv_beta);
+        x = causal_conv(x, s_.conv_out, m_.conv_out, 1);
+        x = ggml_clamp(ctx_, x, -1.0f, 1.0f);
+        ggml_set_output(x);
+        ggml_build_forward_expand(gf_, x);
+        return x;
+    }
+
+  private:
+    ggml_tensor *quantizer(int64_t n) {
+        const DecoderHParams &hp = m_.hp;
+        ggml_tensor *semantic = nullptr, *acoustic = nullptr;
+        for (uint32_t q = 0; q < hp.num_quantizers; ++q) {
+            ggml_tensor *ids = ggml_view_1d(ctx_, codes, n, q * codes->nb[1]);
+            ggml_tensor *e = ggml_get_rows(ctx_, m_.codebooks[q], ids);  // [vdim, n]
+            ggml_tensor *&sum = q < hp.num_semantic_quantizers ? semantic : acoustic;
+            sum = sum ? ggml_add(ctx_, sum, e) : e;
+        }
+        return ggml_add(ctx_, ggml_mul_mat(ctx_, m_.rvq_first_out, semantic),
+                        ggml_mul_mat(ctx_, m_.rvq_rest_out, acoustic));
+    }
+
+    // [in, L] -> [out, L]. `state` holds the last (k-1)*dilation input columns of the stream;
+    // it is read as left padding and overwritten with the new tail.
+    ggml_tensor *causal_conv(ggml_tensor *x, ggml_tensor *state, const Conv &c, int dilation) {
+        const int64_t len = x->ne[1];
+        ggml_tensor *full = x;
+        if (state) full = with_history(x, state);
+        ggml_tensor *cols;
+        if (c.k == 1) {
+            cols = full;
+        } else if (dilation == 1) {
+            cols = as_strided(full, c.k * c.in, len, 1, full->nb[1], full->nb[1] * len);
+        } else {
+            ggml_tensor *taps = as_strided(full, c.in, c.k, len, dilation * full->nb[1], full->nb[1]);
+            cols = ggml_reshape_2d(ctx_, ggml_cont(ctx_, taps), c.k * c.in, len);
+        }
+        ggml_tensor *y = ggml_mul_mat(ctx_, c.w, cols);
+        return c.b ? ggml_add(ctx_, y, c.b) : y;
+    }
+
+    // A view of `full` with arbitrary (overlapping) strides, like numpy's as_strided: the im2col
+    // matrix of a conv is such a view of its left-padded input (column t of an undilated conv
+    // is the k*in contiguous floats from input column t on). ggml's view functions size a view
+    // as the product of its extents and reject overlapping ones, so the view is made minimal
+    // and then given its shape; its real extent (ggml_nbytes) must lie inside `full`.
+    ggml_tensor *as_strided(ggml_tensor *full, int64_t ne0, int64_t ne1, int64_t ne2, size_t nb1,
+                            size_t nb2) {
+        GGML_ASSERT(ggml_is_contiguous(full) && full->type == GGML_TYPE_F32);
+        ggml_tensor *v = ggml_view_1d(ctx_, full, 1, 0);
+        v->ne[0] = ne0;
+        v->ne[1] = ne1;
+        v->ne[2] = ne2;
+        v->nb[1] = nb1;
+        v->nb[2] = nb2;
+        v->nb[3] = nb2 * ne2;
+        GGML_ASSERT(ggml_nbytes(v) <= ggml_nbytes(full));
+        return v;
+    }
+
+    // concat(state, x) along time, and the graph copies its last columns back into state.
+    ggml_tensor *with_history(ggml_tensor *x, ggml_tensor *state) {
+        ggml_tensor *full = ggml_concat(ctx_, state, x, 1);
+        const int64_t keep = state->ne[1];
+        ggml_tensor *tail =
+            ggml_view_2d(ctx_, full, full->ne[0], keep, full->nb[1], x->ne[1] * full->nb[1]);
+        ggml_build_forward_expand(gf_, ggml_cpy(ctx_, tail, state));
+        return full;
+    }
+
+    // Transposed conv with kernel m*r and stride r, right-trimmed: a conv of m taps producing
+    // r*out channels per input column, which is exactly the [out, r*L] output in memory.
+    ggml_tensor *trans_conv(ggml_tensor *x, ggml_tensor *state, const Conv &c, int64_t r) {
+        ggml_tensor *y = causal_conv(x, state, Conv{c.w, nullptr, c.k, c.in, c.out * r}, 1);
+        y = ggml_reshape_2d(ctx_, y, c.out, r * x->ne[1]);
+        return ggml_add(ctx_, y, c.b);
+    }
+
+    ggml_tensor *rms_norm(ggml_tensor *x, ggml_tensor *w) {
+        return ggml_mul(ctx_, ggml_rms_norm(ctx_, x, m_.hp.rms_norm_eps), w);
+    }
+
+    ggml_tensor *transformer(ggml_tensor *x, int64_t n) {
+        const DecoderHParams &hp = m_.hp;
+        const int64_t hd = hp.head_dim, nh = hp.num_heads, nkv = hp.num_kv_heads;
+        const int64_t n_kv = hp.sliding_window - 1 + n;
+        const float scale = 1.0f / std::sqrt((float)hd);
+        ggml_tensor *h = ggml_add(ctx_, ggml_mul_mat(ctx_, m_.in_proj.w, x), m_.in_proj.b);
+        for (size_t il = 0; il < m_.layers.size(); ++il) {
+            const TfmLayer &L = m_.layers[il];
+            ggml_tensor *a = rms_norm(h, L.attn_norm);
+            auto rope = [&](ggml_tensor *t, int64_t heads) {
+                t = ggml_reshape_3d(ctx_, t, hd, heads, n);
+                return ggml_rope_ext(ctx_, t, positions, nullptr, (int)hd, GGML_ROPE_TYPE_NEOX, 0,
+                                     hp.rope_theta, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
+            };
+            ggml_tensor *q = rope(ggml_mul_mat(ctx_, L.q, a), nh);
+            ggml_tensor *k = rope(ggml_mul_mat(ctx_, L.k, a), nkv);
+            ggml_tensor *v = ggml_mul_mat(ctx_, L.v, a);
+            ggml_tensor *k_all = with_history(ggml_reshape_2d(ctx_, k, hd * nkv, n), s_.k_cache[il]);
+            ggml_tensor *v_all = with_history(v, s_.v_cache[il]);
+
+            ggml_tensor *K = ggml_permute(ctx_, ggml_reshape_3d(ctx_, k_all, hd, nkv, n_kv), 0, 2, 1, 3);
+            ggml_tensor *Q = ggml_permute(ctx_, q, 0, 2, 1, 3);
+            ggml_tensor *kq = ggml_mul_mat(ctx_, K, Q);  // [n_kv, n, heads]
+            kq = ggml_soft_max_ext(ctx_, kq, kq_mask, scale, 0.0f);
+            ggml_tensor *V = ggml_cont(
+                ctx_, ggml_permute(ctx_, ggml_reshape_3d(ctx_, v_all, hd, nkv, n_kv), 1, 2, 0, 3));
+            ggml_tensor *o = ggml_mul_mat(ctx_, V, kq);  // [hd, n, heads]
+            o = ggml_reshape_2d(ctx_, ggml_cont(ctx_, ggml_permute(ctx_, o, 0, 2, 1, 3)), hd * nh, n);
+            o = ggml_mul_mat(ctx_, L.o, o);
+            h = ggml_add(ctx_, h, ggml_mul(ctx_, o, L.attn_scale));
+
+            ggml_tensor *f = rms_norm(h, L.ffn_norm);
+            f = ggml_mul(ctx_, ggml_silu(ctx_, ggml_mul_mat(ctx_, L.gate, f)),
+                         ggml_mul_mat(ctx_, L.up, f));
+            f = ggml_mul_mat(ctx_, L.down, f);
+            h = ggml_add(ctx_, h, ggml_mul(ctx_, f, L.ffn_scale));
+        }
+        h = rms_norm(h, m_.tfm_norm);
+        return ggml_add(ctx_, ggml_mul_mat(ctx_, m_.out_proj.w, h), m_.out_proj.b);
+    }
+
+    // Transposed conv then a ConvNeXt block (causal depthwise conv, LayerNorm, MLP, gamma).
+    ggml_tensor *upsample(ggml_tensor *x, const Upsample &u, ggml_tensor *dw_state) {
+        x = trans_conv(x, nullptr, u.trans, u.r);
+        const int64_t len = x->ne[1], ch = x->ne[0];
+        ggml_tensor *full = with_history(x, dw_state);
+        ggml_tensor *y = nullptr;
+        for (int j = 0; j < DWCONV_KERNEL; ++j) {
+            ggml_tensor *tap = ggml_view_2d(ctx_, full, ch, len, full->nb[1], j * full->nb[1]);
+            ggml_tensor *w = ggml_view_1d(ctx_, u.dw_w, ch, j * u.dw_w->nb[1]);
+            ggml_tensor *p = ggml_mul(ctx_, tap, w);
+            y = y ? ggml_add(ctx_, y, p) : p;
+        }
+        y = ggml_add(ctx_, y, u.dw_b);
+        y = ggml_add(ctx_, ggml_mul(ctx_, ggml_norm(ctx_, y, m_.hp.layer_norm_eps), u.norm_w),
+                     u.norm_b);
+        y = ggml_gelu_erf(ctx_, ggml_add(ctx_, ggml_mul_mat(ctx_, u.pw1_w, y), u.pw1_b));
+        y = ggml_add(ctx_, ggml_mul_mat(ctx_, u.pw2_w, y), u.pw2_b);
+        return ggml_add(ctx_, x, ggml_mul(ctx_, y, u.gamma));
+    }
+
+    ggml_tensor *vocoder_block(ggml_tensor *x, const VocoderBlock &b, size_t ib) {
+        x = snake_beta(ctx_, x, b.snake.alpha, b.snake.inv_beta);
+        x = trans_conv(x, s_.blk_up[ib], b.up, b.r);
+        for (int u = 0; u < 3; ++u) {
+            const ResUnit &ru = b.res[u];
+            ggml_tensor *y = snake_beta(ctx_, x, ru.snake1.alpha, ru.snake1.inv_beta);
+            y = causal_conv(y, s_.res_conv1[ib][u], ru.conv1, ru.dilation);
+            y = snake_beta(ctx_, y, ru.snake2.alpha, ru.snake2.inv_beta);
+            y = causal_conv(y, nullptr, ru.conv2, 1);
+            x = ggml_add(ctx_, x, y);
+        }
+        return x;
+    }
+
+    DecoderStream::State &s_;
+    const SpeechDecoder::Model &m_;
+    ggml_context *ctx_;
+    ggml_cgraph *gf_;
+};
+
+void check_codes(const DecoderHParams &hp, const int32_t *codes, int64_t n_frames) {
+    if (n_frames < 1) throw InputError("codes must hold at least one frame");
+    if (!codes) throw InputError("codes is null");
+    const int64_t n = n_frames * hp.num_quantizers;
+    for (int64_t i = 0; i < n; ++i) {
+        if (codes[i] < 0 || codes[i] >= (int32_t)hp.codebook_size)
+            throw InputError("code " + std::to_string(codes[i]) + " at frame " +
+                             std::to_string(i / hp.num_quantizers) + ", codebook " +
+                             std::to_string(i % hp.num_quantizers) + " is outside 0.." +
+                             std::to_string(hp.codebook_size - 1));
+    }
+}
+
+// Evaluates one chunk of at most DECODER_MAX_CHUNK_FRAMES frames, appending to `out`.
+void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t n, std::vector<float> &out) {
+    const DecoderHParams &hp = s.m.hp;
+    ggml_init_params params = {s.graph_mem.size(), s.graph_mem.data(), true};
+    GgmlContextPtr ctx(ggml_init(params));
+    ggml_cgraph *gf = ggml_new_graph_custom(ctx.get(), GRAPH_SIZE, false);
+    GraphBuilder builder(s, ctx.get(), gf);
+    ggml_tensor *wav = builder.build(n);
+    if (!ggml_gallocr_alloc_graph(s.allocr.get(), gf))
+        throw std::runtime_error("out of memory allocating the decoder graph");
+
+    const int64_t nq = hp.num_quantizers;
+    std::vector<int32_t> by_quantizer(n * nq);
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t q = 0; q < nq; ++q) by_quantizer[q * n + t] = codes[t * nq + q];
+    ggml_backend_tensor_set(builder.codes, by_quantizer.data(), 0, by_quantizer.size() * 4);
+
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(s.n_past + i);
+    ggml_backend_tensor_set(builder.positions, pos.data(), 0, pos.size() * 4);
+
+    // Key column c holds absolute frame n_past - (window - 1) + c; query i is frame n_past + i
+    // and sees the `window` frames ending at itself that exist.
+    const int64_t hist = hp.sliding_window - 1, n_kv = hist + n;
+    std::vector<float> mask(n_kv * n);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t c = 0; c < n_kv; ++c) {
+            const bool visible = c >= i && c <= hist + i && c >= hist - s.n_past;
+            mask[i * n_kv + c] = visible ? 0.0f : -INFINITY;
+        }
+    ggml_backend_tensor_set(builder.kq_mask, mask.data(), 0, mask.size() * 4);
+
+    if (ggml_backend_graph_compute(s.backend.get(), gf) != GGML_STATUS_SUCCESS)
+        throw std::runtime_error("decoder graph computation failed");
+    const size_t old = out.size();
+    out.resize(old + ggml_nelements(wav));
+    ggml_backend_tensor_get(wav, out.data() + old, 0, ggml_nbytes(wav));
+    s.n_past += n;
+}
+
+}  // namespace
+
+SpeechDecoder::SpeechDecoder(const std::string &path, int n_threads) {
+    if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
+    model_ = std::make_unique<Model>(path, n_threads);
+}
+
+SpeechDecoder::~SpeechDecoder() = default;
+
+const DecoderHParams &SpeechDecoder::hparams() const { return model_->hp; }
+int SpeechDecoder::n_threads() const { return model_->n_threads; }
+
+std::unique_ptr<DecoderStream> SpeechDecoder::stream() const {
+    return std::unique_ptr<DecoderStream>(new DecoderStream(*model_));
+}
+
+std::vector<float> SpeechDecoder::decode(const int32_t *codes, int64_t n_frames) const {
+    return stream()->push(codes, n_frames);
+}
+
+DecoderStream::DecoderStream(const SpeechDecoder::Model &model)
+    : state_(std::make_unique<State>(model)) {}
+
+DecoderStream::~DecoderStream() = default;
+
+std::vector<float> DecoderStream::push(const int32_t *codes, int64_t n_frames) {
+    const DecoderHParams &hp = state_->m.hp;
+    check_codes(hp, codes, n_frames);
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    std::vector<float> out;
+    out.reserve(n_frames * hp.hop_length);
+    for (int64_t done = 0; done < n_frames; done += DECODER_MAX_CHUNK_FRAMES) {
+        const int64_t n = std::min(DECODER_MAX_CHUNK_FRAMES, n_frames - done);
+        push_chunk(*state_, codes + done * hp.num_quantizers, n, out);
+    }
+    return out;
+}
+
+void DecoderStream::reset() {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->reset();
+}
+
+int64_t DecoderStream::frames_pushed() const { return state_->n_past; }
+
+const DecoderHParams &DecoderStream::hparams() const { return state_->m.hp; }
+
+}  // namespace kazeia
