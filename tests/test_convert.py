@@ -1,0 +1,187 @@
+"""The converter and the native loader agree by construction, and bad checkpoints fail clearly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from conftest import REFERENCE, ref_codes
+from safetensors.numpy import load_file, save_file
+
+from wyoming_kazeia import _native
+from wyoming_kazeia.convert import ConversionError, convert, convert_decoder, decoder_hparams
+from wyoming_kazeia.native import SpeechDecoder
+
+TINY = REFERENCE / "tiny-0.6b" / "model"
+
+
+def test_gguf_matches_native_tables(decoder_gguf: dict[str, Path]) -> None:
+    """Every key and tensor the C++ table names is in the file with its shape, nothing else."""
+    for model, path in decoder_gguf.items():
+        reader = gguf.GGUFReader(path)
+        arch = _native.decoder_arch()
+        assert reader.fields["general.architecture"].contents() == arch["arch"]
+        assert reader.fields[arch["format_version_key"]].contents() == arch["format_version"]
+        config = json.loads((REFERENCE / model / "model" / "speech_tokenizer" / "config.json").read_text())
+        hparams = decoder_hparams(config, Path("config.json"))
+        loaded = SpeechDecoder(str(path), threads=1).hparams
+        assert sorted(loaded) == sorted(hparams)
+        for key, value in hparams.items():
+            # Written, and read back by the native loader, as the config says (f32 rounding).
+            assert np.allclose(reader.fields[key].contents(), value, rtol=1e-7), key
+            assert np.allclose(loaded[key], value, rtol=1e-7), key
+        specs = _native.decoder_tensor_specs(hparams)
+        assert [t.name for t in reader.tensors] == [s["name"] for s in specs]
+        for t, s in zip(reader.tensors, specs, strict=True):
+            assert list(t.shape) == s["ne"], s["name"]
+
+
+def test_hparams_come_from_config() -> None:
+    config = json.loads((TINY / "speech_tokenizer" / "config.json").read_text())
+    hp = decoder_hparams(config, Path("c.json"))
+    assert hp["kazeia.decoder.sliding_window"] == config["decoder_config"]["sliding_window"]
+    assert hp["kazeia.decoder.upsample_rates"] == config["decoder_config"]["upsample_rates"]
+    assert hp["kazeia.decoder.hop_length"] == config["decode_upsample_rate"]
+    config["decoder_config"]["sliding_window"] = 33
+    assert decoder_hparams(config, Path("c.json"))["kazeia.decoder.sliding_window"] == 33
+    del config["decoder_config"]["num_hidden_layers"]
+    with pytest.raises(ConversionError, match="lacks 'decoder_config.num_hidden_layers'"):
+        decoder_hparams(config, Path("c.json"))
+
+
+def test_codebooks_are_stored_ready_to_use(decoder_gguf: dict[str, Path]) -> None:
+    st = load_file(str(TINY / "speech_tokenizer" / "model.safetensors"))
+    prefix = "decoder.quantizer.rvq_rest.vq.layers.3._codebook."
+    expected = st[prefix + "embedding_sum"] / np.maximum(st[prefix + "cluster_usage"], 1e-5)[:, None]
+    reader = gguf.GGUFReader(decoder_gguf["tiny-0.6b"])
+    stored = next(t for t in reader.tensors if t.name == "dec.rvq.codebook.4")
+    assert np.array_equal(np.asarray(stored.data).reshape(expected.shape), expected)
+
+
+def test_deterministic(tmp_path: Path, decoder_gguf: dict[str, Path]) -> None:
+    again = convert_decoder(TINY, tmp_path / "decoder.gguf")
+    assert again.read_bytes() == decoder_gguf["tiny-0.6b"].read_bytes()
+
+
+def _copy_checkpoint(tmp_path: Path) -> Path:
+    dst = tmp_path / "ckpt"
+    shutil.copytree(TINY, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o644 if p.is_file() else 0o755)
+    return dst
+
+
+def _edit_tokenizer_weights(ckpt: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    path = ckpt / "speech_tokenizer" / "model.safetensors"
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path))
+
+
+def test_sharded_bf16_and_f16_checkpoints(tmp_path: Path) -> None:
+    """Sharded safetensors with bf16/f16 tensors convert to what the values say."""
+    ckpt = _copy_checkpoint(tmp_path)
+    st_dir = ckpt / "speech_tokenizer"
+    tensors = load_file(str(st_dir / "model.safetensors"))
+    names = sorted(tensors)
+    half = len(names) // 2
+    # bf16 bytes by truncation (exactly representable values after rounding below)
+    bf16_name = "decoder.pre_conv.conv.weight"
+    w = tensors[bf16_name]
+    w_bf16 = (w.view(np.uint32) >> 16).astype(np.uint16)
+    tensors[bf16_name] = (w_bf16.astype(np.uint32) << 16).view(np.float32)  # expected values
+    f16_name = "decoder.upsample.0.1.pwconv1.weight"
+    tensors[f16_name] = tensors[f16_name].astype(np.float16).astype(np.float32)
+    expected_dir = tmp_path / "expected"
+    shutil.copytree(ckpt, expected_dir)
+    save_file(tensors, str(expected_dir / "speech_tokenizer" / "model.safetensors"))
+
+    (st_dir / "model.safetensors").unlink()
+    shards = {"model-00001-of-00002.safetensors": names[:half],
+              "model-00002-of-00002.safetensors": names[half:]}
+    for fname, part in shards.items():
+        save_file({n: tensors[n] for n in part}, str(st_dir / fname))
+    # rewrite the two special tensors with their real dtypes via a raw safetensors header
+    for fname, part in shards.items():
+        if bf16_name in part or f16_name in part:
+            _write_raw(st_dir / fname, {n: tensors[n] for n in part}, bf16_name, f16_name)
+    index = {"weight_map": {n: f for f, part in shards.items() for n in part}}
+    (st_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+
+    out = convert_decoder(ckpt, tmp_path / "sharded.gguf")
+    ref = convert_decoder(expected_dir, tmp_path / "expected.gguf")
+    assert out.read_bytes() == ref.read_bytes()
+
+
+def _write_raw(path: Path, tensors: dict[str, np.ndarray], bf16: str, f16: str) -> None:
+    header: dict[str, object] = {}
+    blobs, offset = [], 0
+    for name, arr in tensors.items():
+        if name == bf16:
+            data, dtype = (arr.view(np.uint32) >> 16).astype("<u2").tobytes(), "BF16"
+        elif name == f16:
+            data, dtype = arr.astype("<f2").tobytes(), "F16"
+        else:
+            data, dtype = arr.astype("<f4").tobytes(), "F32"
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    h = json.dumps(header).encode()
+    path.write_bytes(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def test_unknown_tensor(tmp_path: Path) -> None:
+    ckpt = _copy_checkpoint(tmp_path)
+    _edit_tokenizer_weights(ckpt, lambda t: t.update({"decoder.extra.weight": np.zeros(3, np.float32)}))
+    with pytest.raises(ConversionError, match="unknown tensor 'decoder.extra.weight'"):
+        convert(ckpt, tmp_path / "out")
+
+
+def test_missing_tensor(tmp_path: Path) -> None:
+    ckpt = _copy_checkpoint(tmp_path)
+    _edit_tokenizer_weights(ckpt, lambda t: t.pop("decoder.decoder.2.block.3.conv1.conv.bias"))
+    with pytest.raises(ConversionError, match="'decoder.decoder.2.block.3.conv1.conv.bias' is missing"):
+        convert(ckpt, tmp_path / "out")
+    assert not (tmp_path / "out" / "decoder.gguf").exists()
+
+
+def test_misshaped_tensor(tmp_path: Path) -> None:
+    ckpt = _copy_checkpoint(tmp_path)
+    name = "decoder.pre_transformer.layers.2.mlp.up_proj.weight"
+    _edit_tokenizer_weights(ckpt, lambda t: t.update({name: np.zeros((65, 32), np.float32)}))
+    with pytest.raises(ConversionError, match=name):
+        convert(ckpt, tmp_path / "out")
+
+
+def test_truncated_safetensors(tmp_path: Path) -> None:
+    ckpt = _copy_checkpoint(tmp_path)
+    path = ckpt / "speech_tokenizer" / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-1000])
+    with pytest.raises(ConversionError, match="truncated"):
+        convert(ckpt, tmp_path / "out")
+
+
+def test_f16_type_halves_matrices(tmp_path: Path) -> None:
+    out = convert_decoder(TINY, tmp_path / "decoder.gguf", "f16")
+    reader = gguf.GGUFReader(out)
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    assert types["dec.voc.blk.0.res.0.conv1.weight"] == gguf.GGMLQuantizationType.F16
+    assert types["dec.voc.blk.0.res.0.conv1.bias"] == gguf.GGMLQuantizationType.F32
+    assert types["dec.rvq.codebook.0"] == gguf.GGMLQuantizationType.F32
+    codes = ref_codes("tiny-0.6b", "dec_codes")[:20]
+    f32 = SpeechDecoder(str(convert_decoder(TINY, tmp_path / "f32.gguf")), threads=1).decode(codes)
+    f16 = SpeechDecoder(str(out), threads=1).decode(codes)
+    err = np.abs(f16 - f32).max()
+    assert 0 < err < 2e-2
+
+
+def test_cli_main(tmp_path: Path) -> None:
+    from wyoming_kazeia.convert import main
+
+    assert main([str(TINY), str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "decoder.gguf").is_file()
+    assert main([str(tmp_path / "nowhere"), str(tmp_path / "o2")]) == 1
