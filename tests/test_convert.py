@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -26,7 +27,9 @@ def test_gguf_matches_native_tables(decoder_gguf: dict[str, Path]) -> None:
         arch = _native.decoder_arch()
         assert reader.fields["general.architecture"].contents() == arch["arch"]
         assert reader.fields[arch["format_version_key"]].contents() == arch["format_version"]
-        config = json.loads((REFERENCE / model / "model" / "speech_tokenizer" / "config.json").read_text())
+        config = json.loads(
+            (REFERENCE / model / "model" / "speech_tokenizer" / "config.json").read_text()
+        )
         hparams = decoder_hparams(config, Path("config.json"))
         loaded = SpeechDecoder(str(path), threads=1).hparams
         assert sorted(loaded) == sorted(hparams)
@@ -56,7 +59,9 @@ def test_hparams_come_from_config() -> None:
 def test_codebooks_are_stored_ready_to_use(decoder_gguf: dict[str, Path]) -> None:
     st = load_file(str(TINY / "speech_tokenizer" / "model.safetensors"))
     prefix = "decoder.quantizer.rvq_rest.vq.layers.3._codebook."
-    expected = st[prefix + "embedding_sum"] / np.maximum(st[prefix + "cluster_usage"], 1e-5)[:, None]
+    expected = (
+        st[prefix + "embedding_sum"] / np.maximum(st[prefix + "cluster_usage"], 1e-5)[:, None]
+    )
     reader = gguf.GGUFReader(decoder_gguf["tiny-0.6b"])
     stored = next(t for t in reader.tensors if t.name == "dec.rvq.codebook.4")
     assert np.array_equal(np.asarray(stored.data).reshape(expected.shape), expected)
@@ -75,7 +80,7 @@ def _copy_checkpoint(tmp_path: Path) -> Path:
     return dst
 
 
-def _edit_tokenizer_weights(ckpt: Path, edit) -> None:  # type: ignore[no-untyped-def]
+def _edit_tokenizer_weights(ckpt: Path, edit: Callable[[dict[str, np.ndarray]], object]) -> None:
     path = ckpt / "speech_tokenizer" / "model.safetensors"
     tensors = load_file(str(path))
     edit(tensors)
@@ -101,8 +106,10 @@ def test_sharded_bf16_and_f16_checkpoints(tmp_path: Path) -> None:
     save_file(tensors, str(expected_dir / "speech_tokenizer" / "model.safetensors"))
 
     (st_dir / "model.safetensors").unlink()
-    shards = {"model-00001-of-00002.safetensors": names[:half],
-              "model-00002-of-00002.safetensors": names[half:]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[:half],
+        "model-00002-of-00002.safetensors": names[half:],
+    }
     for fname, part in shards.items():
         save_file({n: tensors[n] for n in part}, str(st_dir / fname))
     # rewrite the two special tensors with their real dtypes via a raw safetensors header
@@ -127,7 +134,11 @@ def _write_raw(path: Path, tensors: dict[str, np.ndarray], bf16: str, f16: str) 
             data, dtype = arr.astype("<f2").tobytes(), "F16"
         else:
             data, dtype = arr.astype("<f4").tobytes(), "F32"
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         blobs.append(data)
         offset += len(data)
     h = json.dumps(header).encode()
@@ -136,7 +147,9 @@ def _write_raw(path: Path, tensors: dict[str, np.ndarray], bf16: str, f16: str) 
 
 def test_unknown_tensor(tmp_path: Path) -> None:
     ckpt = _copy_checkpoint(tmp_path)
-    _edit_tokenizer_weights(ckpt, lambda t: t.update({"decoder.extra.weight": np.zeros(3, np.float32)}))
+    _edit_tokenizer_weights(
+        ckpt, lambda t: t.update({"decoder.extra.weight": np.zeros(3, np.float32)})
+    )
     with pytest.raises(ConversionError, match="unknown tensor 'decoder.extra.weight'"):
         convert(ckpt, tmp_path / "out")
 
@@ -144,7 +157,9 @@ def test_unknown_tensor(tmp_path: Path) -> None:
 def test_missing_tensor(tmp_path: Path) -> None:
     ckpt = _copy_checkpoint(tmp_path)
     _edit_tokenizer_weights(ckpt, lambda t: t.pop("decoder.decoder.2.block.3.conv1.conv.bias"))
-    with pytest.raises(ConversionError, match="'decoder.decoder.2.block.3.conv1.conv.bias' is missing"):
+    with pytest.raises(
+        ConversionError, match="'decoder.decoder.2.block.3.conv1.conv.bias' is missing"
+    ):
         convert(ckpt, tmp_path / "out")
     assert not (tmp_path / "out" / "decoder.gguf").exists()
 

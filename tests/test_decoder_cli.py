@@ -30,8 +30,9 @@ def codes_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarr
     return path, codes
 
 
-def test_cli_matches_api(tmp_path: Path, decoder_gguf: dict[str, Path],
-                         codes_file: tuple[Path, np.ndarray]) -> None:
+def test_cli_matches_api(
+    tmp_path: Path, decoder_gguf: dict[str, Path], codes_file: tuple[Path, np.ndarray]
+) -> None:
     path, codes = codes_file
     expected = SpeechDecoder(str(decoder_gguf["tiny-0.6b"]), threads=2).decode(codes)
     out = tmp_path / "out.wav"
@@ -64,8 +65,13 @@ def test_cli_matches_api(tmp_path: Path, decoder_gguf: dict[str, Path],
         ("unknown_option", "unknown option --fast"),
     ],
 )
-def test_cli_bad_input(tmp_path: Path, decoder_gguf: dict[str, Path],
-                       codes_file: tuple[Path, np.ndarray], case: str, message: str) -> None:
+def test_cli_bad_input(
+    tmp_path: Path,
+    decoder_gguf: dict[str, Path],
+    codes_file: tuple[Path, np.ndarray],
+    case: str,
+    message: str,
+) -> None:
     path, codes = codes_file
     model: Path = decoder_gguf["tiny-0.6b"]
     n: object = len(codes)

@@ -84,8 +84,13 @@ def test_truncated_file(tmp_path: Path, decoder_gguf: dict[str, Path], keep: flo
         SpeechDecoder(str(path))
 
 
-def _rewrite(src: Path, dst: Path, arch: str | None = None, drop_tensor: str | None = None,
-             drop_key: str | None = None) -> None:
+def _rewrite(
+    src: Path,
+    dst: Path,
+    arch: str | None = None,
+    drop_tensor: str | None = None,
+    drop_key: str | None = None,
+) -> None:
     """Copies a GGUF, changing its kind or dropping one tensor or metadata key."""
     reader = gguf.GGUFReader(src)
     writer = gguf.GGUFWriter(dst, arch or "kazeia-decoder")
@@ -141,7 +146,9 @@ def test_directory_instead_of_file(tmp_path: Path) -> None:
         SpeechDecoder(str(tmp_path))
 
 
-def test_file_replaced_after_load_keeps_working(tmp_path: Path, decoder_gguf: dict[str, Path]) -> None:
+def test_file_replaced_after_load_keeps_working(
+    tmp_path: Path, decoder_gguf: dict[str, Path]
+) -> None:
     path = tmp_path / "decoder.gguf"
     shutil.copy(decoder_gguf["tiny-0.6b"], path)
     dec = SpeechDecoder(str(path), threads=1)

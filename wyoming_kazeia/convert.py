@@ -146,9 +146,13 @@ _TRANSFORMS: dict[str, Callable[[list[np.ndarray], int], np.ndarray]] = {
 def _apply(spec: dict[str, Any], ckpt: SafetensorsCheckpoint) -> np.ndarray:
     name = spec["name"]
     try:
-        data = _TRANSFORMS[spec["transform"]]([ckpt.get(s) for s in spec["sources"]], spec["stride"])
+        data = _TRANSFORMS[spec["transform"]](
+            [ckpt.get(s) for s in spec["sources"]], spec["stride"]
+        )
     except ValueError as err:  # reshapes/broadcasts of mis-shaped checkpoint tensors
-        raise ConversionError(f"tensor '{spec['sources'][0]}' has an unexpected shape: {err}") from err
+        raise ConversionError(
+            f"tensor '{spec['sources'][0]}' has an unexpected shape: {err}"
+        ) from err
     data = np.ascontiguousarray(data, dtype=np.float32)
     expected = tuple(reversed(spec["ne"]))
     if data.shape != expected:
@@ -189,7 +193,11 @@ def decoder_hparams(config: dict[str, Any], source: Path) -> dict[str, Any]:
     """The decoder GGUF metadata, read from speech_tokenizer/config.json via the key table."""
     out: dict[str, Any] = {}
     for k in _native.decoder_arch()["meta_keys"]:
-        raw = k["constant"] if k["config_path"] is None else _config_value(config, k["config_path"], source)
+        raw = (
+            k["constant"]
+            if k["config_path"] is None
+            else _config_value(config, k["config_path"], source)
+        )
         out[k["key"]] = _typed(raw, k["type"], k["key"])
     return out
 
@@ -228,7 +236,9 @@ def _write_gguf(
             elif kind == "f32":
                 writer.add_float32(key, value)
             elif kind == "u32_array":
-                writer.add_key_value(key, value, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT32)
+                writer.add_key_value(
+                    key, value, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT32
+                )
             else:
                 writer.add_string(key, value)
         for name, shape, dtype in tensors:
@@ -240,6 +250,10 @@ def _write_gguf(
         for data in produce():
             writer.write_tensor_data(data)
         writer.close()
+        # mkstemp creates the file private (0600); give it the usual umask-based mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -300,8 +314,14 @@ def convert_decoder(checkpoint_dir: Path, out_path: Path, out_type: str = "f32")
             done += data.nbytes
             now = time.monotonic()
             if total >= _PROGRESS_MIN_BYTES and (now - last_log > 2.0 or done == total):
-                _LOGGER.info("%s: %3.0f%% (%d/%d MB, %.0f s)", out_path.name, 100.0 * done / total,
-                             done >> 20, total >> 20, now - start)
+                _LOGGER.info(
+                    "%s: %3.0f%% (%d/%d MB, %.0f s)",
+                    out_path.name,
+                    100.0 * done / total,
+                    done >> 20,
+                    total >> 20,
+                    now - start,
+                )
                 last_log = now
             yield data
 

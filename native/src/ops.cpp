@@ -26,15 +26,10 @@ inline float sin2(float x) {
     return v * v;
 }
 
-void snake_kernel(ggml_tensor *dst, const ggml_tensor *x, const ggml_tensor *alpha,
-                  const ggml_tensor *inv_beta, int ith, int nth, void * /*userdata*/) {
+// Columns [begin, end) of y = x + inv_beta * sin(alpha * x)^2.
+void snake_columns(ggml_tensor *dst, const ggml_tensor *x, const float *a, const float *ib,
+                   int64_t begin, int64_t end) {
     const int64_t channels = x->ne[0];
-    const int64_t columns = ggml_nrows(x);
-    const int64_t per_thread = (columns + nth - 1) / nth;
-    const int64_t begin = std::min<int64_t>(columns, per_thread * ith);
-    const int64_t end = std::min<int64_t>(columns, begin + per_thread);
-    const auto *a = static_cast<const float *>(alpha->data);
-    const auto *ib = static_cast<const float *>(inv_beta->data);
     for (int64_t t = begin; t < end; ++t) {
         const auto *in = reinterpret_cast<const float *>(static_cast<const char *>(x->data) +
                                                          t * x->nb[1]);
@@ -43,15 +38,195 @@ void snake_kernel(ggml_tensor *dst, const ggml_tensor *x, const ggml_tensor *alp
     }
 }
 
+constexpr int64_t SNAKE_TASK_FLOATS = 32 * 1024;  // ~128 KB of activations per task
+
+void snake_kernel(ggml_tensor *dst, const ggml_tensor *x, const ggml_tensor *alpha,
+                  const ggml_tensor *inv_beta, int ith, int nth, void *userdata) {
+    const int64_t columns = ggml_nrows(x);
+    const auto *a = static_cast<const float *>(alpha->data);
+    const auto *ib = static_cast<const float *>(inv_beta->data);
+    const int64_t per_task = std::max<int64_t>(1, SNAKE_TASK_FLOATS / x->ne[0]);
+    const int64_t n_tasks = (columns + per_task - 1) / per_task;
+    auto task = [&](int64_t i) {
+        snake_columns(dst, x, a, ib, i * per_task, std::min(columns, (i + 1) * per_task));
+    };
+    if (auto *pool = static_cast<WorkerPool *>(userdata)) {
+        if (ith == 0) pool->run(n_tasks, task);
+        return;
+    }
+    for (int64_t i = ith; i < n_tasks; i += nth) task(i);
+}
+
 }  // namespace
 
 float sin_squared(float x) { return sin2(x); }
 
 ggml_tensor *snake_beta(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,
-                        ggml_tensor *inv_beta) {
+                        ggml_tensor *inv_beta, WorkerPool *pool) {
     GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x));
     GGML_ASSERT(alpha->ne[0] == x->ne[0] && inv_beta->ne[0] == x->ne[0]);
-    return ggml_map_custom3(ctx, x, alpha, inv_beta, snake_kernel, GGML_N_TASKS_MAX, nullptr);
+    return ggml_map_custom3(ctx, x, alpha, inv_beta, snake_kernel, GGML_N_TASKS_MAX, pool);
+}
+
+}  // namespace kazeia
+
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+namespace kazeia {
+
+namespace {
+
+constexpr int64_t NR = 6;    // output columns per micro-tile
+constexpr int64_t NC = 96;   // columns per cache block (B block ~ NC * KC floats in L2)
+constexpr int64_t KC_MAX = 256;
+
+// Largest divisor of `in` that is <= KC_MAX: a K block then never straddles two taps, so
+// it is one contiguous run of each input column.
+int64_t k_block(int64_t in) {
+    for (int64_t kc = std::min(in, KC_MAX); kc > 1; --kc)
+        if (in % kc == 0 && (kc >= 32 || kc == in)) return kc;
+    return in <= KC_MAX ? in : 1;
+}
+
+// acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and 6 columns.
+inline void micro_kernel(const float *a, const float *const b[NR], int64_t kc,
+                         float acc[NR][CONV_PANEL]) {
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    const float *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3], *b4 = b[4], *b5 = b[5];
+    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
+        const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+        __m256 v = _mm256_broadcast_ss(b0 + k);
+        c00 = _mm256_fmadd_ps(a0, v, c00);
+        c01 = _mm256_fmadd_ps(a1, v, c01);
+        v = _mm256_broadcast_ss(b1 + k);
+        c10 = _mm256_fmadd_ps(a0, v, c10);
+        c11 = _mm256_fmadd_ps(a1, v, c11);
+        v = _mm256_broadcast_ss(b2 + k);
+        c20 = _mm256_fmadd_ps(a0, v, c20);
+        c21 = _mm256_fmadd_ps(a1, v, c21);
+        v = _mm256_broadcast_ss(b3 + k);
+        c30 = _mm256_fmadd_ps(a0, v, c30);
+        c31 = _mm256_fmadd_ps(a1, v, c31);
+        v = _mm256_broadcast_ss(b4 + k);
+        c40 = _mm256_fmadd_ps(a0, v, c40);
+        c41 = _mm256_fmadd_ps(a1, v, c41);
+        v = _mm256_broadcast_ss(b5 + k);
+        c50 = _mm256_fmadd_ps(a0, v, c50);
+        c51 = _mm256_fmadd_ps(a1, v, c51);
+    }
+    _mm256_storeu_ps(acc[0], c00), _mm256_storeu_ps(acc[0] + 8, c01);
+    _mm256_storeu_ps(acc[1], c10), _mm256_storeu_ps(acc[1] + 8, c11);
+    _mm256_storeu_ps(acc[2], c20), _mm256_storeu_ps(acc[2] + 8, c21);
+    _mm256_storeu_ps(acc[3], c30), _mm256_storeu_ps(acc[3] + 8, c31);
+    _mm256_storeu_ps(acc[4], c40), _mm256_storeu_ps(acc[4] + 8, c41);
+    _mm256_storeu_ps(acc[5], c50), _mm256_storeu_ps(acc[5] + 8, c51);
+#else
+    for (int64_t j = 0; j < NR; ++j)
+        for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] = 0.0f;
+    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL)
+        for (int64_t j = 0; j < NR; ++j)
+            for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] += a[r] * b[j][k];
+#endif
+}
+
+void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
+    const auto *p = static_cast<const ConvGemmParams *>(userdata);
+    const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
+    const int64_t in = x->ne[0], out = dst->ne[0], len = dst->ne[1];
+    const int64_t K = w->ne[0], kc = k_block(in);
+    const size_t tap_stride = (size_t)(p->dilation * in);
+    const auto *xd = static_cast<const float *>(x->data);
+    const auto *wd = static_cast<const float *>(w->data);
+    const float *bd = bias ? static_cast<const float *>(bias->data) : nullptr;
+    const float *rd = res ? static_cast<const float *>(res->data) : nullptr;
+    auto *yd = static_cast<float *>(dst->data);
+
+    // A task is one block of NC output columns, all output channels.
+    auto block = [&](int64_t ib) {
+        const int64_t nb = ib * NC, nb_end = std::min(len, nb + NC);
+        float acc[NR][CONV_PANEL];
+        for (int64_t k0 = 0; k0 < K; k0 += kc) {
+            const int64_t tap = k0 / in, c0 = k0 % in;
+            const bool first = k0 == 0;
+            for (int64_t m0 = 0; m0 < out; m0 += CONV_PANEL) {
+                const float *a = wd + m0 * K + k0 * CONV_PANEL;
+                for (int64_t n = nb; n < nb_end; n += NR) {
+                    const float *b[NR];
+                    for (int64_t j = 0; j < NR; ++j) {
+                        const int64_t col = std::min(n + j, nb_end - 1);
+                        b[j] = xd + col * in + tap * tap_stride + c0;
+                    }
+                    micro_kernel(a, b, kc, acc);
+                    const int64_t ncols = std::min(NR, nb_end - n);
+                    for (int64_t j = 0; j < ncols; ++j) {
+                        float *y = yd + (n + j) * out + m0;
+                        if (first) {
+                            const float *r = rd ? rd + (n + j) * out + m0 : nullptr;
+                            for (int64_t i = 0; i < CONV_PANEL; ++i)
+                                y[i] = acc[j][i] + (bd ? bd[m0 + i] : 0.0f) + (r ? r[i] : 0.0f);
+                        } else {
+                            for (int64_t i = 0; i < CONV_PANEL; ++i) y[i] += acc[j][i];
+                        }
+                    }
+                }
+            }
+        }
+    };
+    const int64_t n_blocks = (len + NC - 1) / NC;
+    if (p->pool) {
+        if (ith == 0) p->pool->run(n_blocks, block);
+        return;
+    }
+    for (int64_t ib = ith; ib < n_blocks; ib += nth) block(ib);
+}
+
+}  // namespace
+
+bool conv_gemm_supported(const ggml_tensor *w) {
+    return w->type == GGML_TYPE_F32 && ggml_is_contiguous(w) && w->ne[1] % CONV_PANEL == 0 &&
+           w->ne[1] >= CONV_PANEL;
+}
+
+void pack_conv_weight(ggml_tensor *w) {
+    GGML_ASSERT(conv_gemm_supported(w));
+    const int64_t K = w->ne[0], M = w->ne[1];
+    auto *data = static_cast<float *>(w->data);
+    std::vector<float> panel(K * CONV_PANEL);
+    for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL) {
+        float *rows = data + m0 * K;  // CONV_PANEL rows of K floats
+        for (int64_t k = 0; k < K; ++k)
+            for (int64_t r = 0; r < CONV_PANEL; ++r) panel[k * CONV_PANEL + r] = rows[r * K + k];
+        std::memcpy(rows, panel.data(), panel.size() * sizeof(float));
+    }
+}
+
+ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, ggml_tensor *bias,
+                       ggml_tensor *residual, const ConvGemmParams *params) {
+    GGML_ASSERT(x_full->type == GGML_TYPE_F32 && ggml_is_contiguous(x_full));
+    const int64_t in = x_full->ne[0], out = w->ne[1];
+    GGML_ASSERT(w->ne[0] == params->taps * in && out % CONV_PANEL == 0);
+    const int64_t len = x_full->ne[1] - (params->taps - 1) * params->dilation;
+    GGML_ASSERT(len >= 1);
+    GGML_ASSERT(!bias || bias->ne[0] == out);
+    GGML_ASSERT(!residual || (residual->ne[0] == out && residual->ne[1] == len &&
+                              ggml_is_contiguous(residual)));
+    ggml_tensor *args[4] = {x_full, w, bias, residual};
+    // ggml_custom_4d takes a dense argument list: keep null slots last.
+    const int n_args = residual ? 4 : (bias ? 3 : 2);
+    GGML_ASSERT(!residual || bias);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, out, len, 1, 1, args, n_args, conv_gemm_kernel,
+                          GGML_N_TASKS_MAX, const_cast<ConvGemmParams *>(params));
 }
 
 }  // namespace kazeia

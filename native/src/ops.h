@@ -2,15 +2,44 @@
 #pragma once
 
 #include "ggml.h"
+#include "worker_pool.h"
 
 namespace kazeia {
 
 // SnakeBeta: y = x + inv_beta * sin(alpha * x)^2, with per-channel alpha = exp(a) and
 // inv_beta = 1 / (exp(b) + 1e-9) precomputed by the converter. x is [C, T] (channel fastest).
+// With a pool, the op runs its work there (call it from a one-thread ggml graph).
 ggml_tensor *snake_beta(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,
-                        ggml_tensor *inv_beta);
+                        ggml_tensor *inv_beta, WorkerPool *pool);
 
 // sin(x)^2 as the kernel computes it (exposed for tests of the approximation).
 float sin_squared(float x);
+
+}  // namespace kazeia
+
+namespace kazeia {
+
+// Rows per panel of a packed weight matrix (the GEMM micro-kernel's height).
+inline constexpr int64_t CONV_PANEL = 16;
+
+// True when a conv/linear weight [K, M] can use conv_gemm (f32, M a multiple of CONV_PANEL).
+bool conv_gemm_supported(const ggml_tensor *w);
+
+// Rewrites a weight [K, M] (row m = K contiguous floats) in place into panels of CONV_PANEL
+// rows interleaved along K: the layout conv_gemm streams. Same size, so no extra memory.
+void pack_conv_weight(ggml_tensor *w);
+
+// A causal 1-D conv (or linear layer, k = 1) as one GEMM reading its input in place:
+//   y[:, t] = bias + residual[:, t] + sum_{j<k} W_j x_full[:, t + j * dilation]
+// x_full is [in, L + (k-1)*dilation] (left context included), w the packed [k*in, out],
+// bias [out] or null, residual [out, L] or null. Returns y [out, L]. The im2col matrix is
+// never materialized, dilated convs included.
+struct ConvGemmParams {
+    int64_t taps = 1;
+    int64_t dilation = 1;
+    WorkerPool *pool = nullptr;  // where the op runs its tasks; null: split by ggml's threads
+};
+ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, ggml_tensor *bias,
+                       ggml_tensor *residual, const ConvGemmParams *params);
 
 }  // namespace kazeia

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <string>
 
@@ -26,6 +27,7 @@ struct Conv {
     ggml_tensor *w = nullptr;  // [k * in, out]
     ggml_tensor *b = nullptr;  // [out] or null
     int64_t k = 1, in = 0, out = 0;
+    bool packed = false;       // w rewritten for conv_gemm (see ops.h)
 };
 
 struct Snake {
@@ -39,7 +41,8 @@ struct TfmLayer {
 struct Upsample {
     Conv trans;  // one-tap transposed conv: w [in, r * out]
     int64_t r = 1;
-    ggml_tensor *dw_w, *dw_b, *norm_w, *norm_b, *pw1_w, *pw1_b, *pw2_w, *pw2_b, *gamma;
+    ggml_tensor *dw_w, *dw_b, *norm_w, *norm_b, *gamma;
+    Conv pw1, pw2;  // pointwise MLP (linear layers: 1-tap convs)
 };
 
 struct ResUnit {
@@ -99,6 +102,33 @@ struct SpeechDecoder::Model {
             }
         }
         bind_tensors();
+        pack_weights();
+    }
+
+    // The convolutions and the ConvNeXt MLPs hold ~99% of the decoder's FLOPs: their weights
+    // are packed once for conv_gemm. Weights it cannot take (f16, odd widths) stay with ggml.
+    void pack_weights() {
+        auto pack = [](Conv &c) {
+            if (conv_gemm_supported(c.w)) {
+                pack_conv_weight(c.w);
+                c.packed = true;
+            }
+        };
+        pack(pre_conv);
+        pack(conv_in);
+        pack(conv_out);
+        for (Upsample &u : upsample) {
+            pack(u.trans);
+            pack(u.pw1);
+            pack(u.pw2);
+        }
+        for (VocoderBlock &b : blocks) {
+            pack(b.up);
+            for (ResUnit &r : b.res) {
+                pack(r.conv1);
+                pack(r.conv2);
+            }
+        }
     }
 
     void check_hparams(const std::string &path) const {
@@ -158,10 +188,8 @@ struct SpeechDecoder::Model {
             up.dw_b = u("dwconv.bias");
             up.norm_w = u("norm.weight");
             up.norm_b = u("norm.bias");
-            up.pw1_w = u("pwconv1.weight");
-            up.pw1_b = u("pwconv1.bias");
-            up.pw2_w = u("pwconv2.weight");
-            up.pw2_b = u("pwconv2.bias");
+            up.pw1 = conv(dec_name::upsample(i, "pwconv1"), hp.latent_dim);
+            up.pw2 = conv(dec_name::upsample(i, "pwconv2"), 4 * (int64_t)hp.latent_dim);
             up.gamma = u("gamma");
             upsample.push_back(up);
         }
@@ -196,8 +224,8 @@ struct SpeechDecoder::Model {
 struct DecoderStream::State {
     const SpeechDecoder::Model &m;
     std::mutex mutex;
+    WorkerPool pool;  // runs the heavy custom ops; the ggml graph itself runs on one thread
     BackendPtr backend;
-    ThreadpoolPtr threadpool;
     GallocrPtr allocr;
     GgmlContextPtr state_ctx;
     BufferPtr state_buf;
@@ -212,14 +240,10 @@ struct DecoderStream::State {
     std::vector<std::array<ggml_tensor *, 3>> res_conv1;
     ggml_tensor *conv_out;
 
-    explicit State(const SpeechDecoder::Model &model) : m(model) {
+    explicit State(const SpeechDecoder::Model &model) : m(model), pool(model.n_threads) {
         backend.reset(ggml_backend_cpu_init());
         if (!backend) throw std::runtime_error("cannot initialize the ggml CPU backend");
-        ggml_threadpool_params tp = ggml_threadpool_params_default(m.n_threads);
-        threadpool.reset(ggml_threadpool_new(&tp));
-        if (!threadpool) throw std::runtime_error("cannot create the decoder threadpool");
-        ggml_backend_cpu_set_n_threads(backend.get(), m.n_threads);
-        ggml_backend_cpu_set_threadpool(backend.get(), threadpool.get());
+        ggml_backend_cpu_set_n_threads(backend.get(), 1);
         allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
         graph_mem.resize(ggml_tensor_overhead() * GRAPH_SIZE * 2 +
                          ggml_graph_overhead_custom(GRAPH_SIZE, false));
@@ -292,7 +316,7 @@ class GraphBuilder {
         for (size_t i = 0; i < m_.upsample.size(); ++i) x = upsample(x, m_.upsample[i], s_.up_dw[i]);
         x = causal_conv(x, s_.conv_in, m_.conv_in, 1);
         for (size_t b = 0; b < m_.blocks.size(); ++b) x = vocoder_block(x, m_.blocks[b], b);
-        x = snake_beta(ctx_, x, m_.snake_out.alpha, m_.snake_out.inv_beta);
+        x = snake_beta(ctx_, x, m_.snake_out.alpha, m_.snake_out.inv_beta, &s_.pool);
         x = causal_conv(x, s_.conv_out, m_.conv_out, 1);
         x = ggml_clamp(ctx_, x, -1.0f, 1.0f);
         ggml_set_output(x);
@@ -316,10 +340,15 @@ class GraphBuilder {
 
     // [in, L] -> [out, L]. `state` holds the last (k-1)*dilation input columns of the stream;
     // it is read as left padding and overwritten with the new tail.
-    ggml_tensor *causal_conv(ggml_tensor *x, ggml_tensor *state, const Conv &c, int dilation) {
+    ggml_tensor *causal_conv(ggml_tensor *x, ggml_tensor *state, const Conv &c, int dilation,
+                             ggml_tensor *residual = nullptr) {
         const int64_t len = x->ne[1];
         ggml_tensor *full = x;
         if (state) full = with_history(x, state);
+        if (c.packed) {
+            params_.push_back(ConvGemmParams{c.k, dilation, &s_.pool});
+            return conv_gemm(ctx_, full, c.w, c.b, residual, &params_.back());
+        }
         ggml_tensor *cols;
         if (c.k == 1) {
             cols = full;
@@ -330,7 +359,8 @@ class GraphBuilder {
             cols = ggml_reshape_2d(ctx_, ggml_cont(ctx_, taps), c.k * c.in, len);
         }
         ggml_tensor *y = ggml_mul_mat(ctx_, c.w, cols);
-        return c.b ? ggml_add(ctx_, y, c.b) : y;
+        if (c.b) y = ggml_add(ctx_, y, c.b);
+        return residual ? ggml_add(ctx_, y, residual) : y;
     }
 
     // A view of `full` with arbitrary (overlapping) strides, like numpy's as_strided: the im2col
@@ -365,7 +395,7 @@ class GraphBuilder {
     // Transposed conv with kernel m*r and stride r, right-trimmed: a conv of m taps producing
     // r*out channels per input column, which is exactly the [out, r*L] output in memory.
     ggml_tensor *trans_conv(ggml_tensor *x, ggml_tensor *state, const Conv &c, int64_t r) {
-        ggml_tensor *y = causal_conv(x, state, Conv{c.w, nullptr, c.k, c.in, c.out * r}, 1);
+        ggml_tensor *y = causal_conv(x, state, Conv{c.w, nullptr, c.k, c.in, c.out * r, c.packed}, 1);
         y = ggml_reshape_2d(ctx_, y, c.out, r * x->ne[1]);
         return ggml_add(ctx_, y, c.b);
     }
@@ -430,27 +460,27 @@ class GraphBuilder {
         y = ggml_add(ctx_, y, u.dw_b);
         y = ggml_add(ctx_, ggml_mul(ctx_, ggml_norm(ctx_, y, m_.hp.layer_norm_eps), u.norm_w),
                      u.norm_b);
-        y = ggml_gelu_erf(ctx_, ggml_add(ctx_, ggml_mul_mat(ctx_, u.pw1_w, y), u.pw1_b));
-        y = ggml_add(ctx_, ggml_mul_mat(ctx_, u.pw2_w, y), u.pw2_b);
+        y = ggml_gelu_erf(ctx_, causal_conv(y, nullptr, u.pw1, 1));
+        y = causal_conv(y, nullptr, u.pw2, 1);
         return ggml_add(ctx_, x, ggml_mul(ctx_, y, u.gamma));
     }
 
     ggml_tensor *vocoder_block(ggml_tensor *x, const VocoderBlock &b, size_t ib) {
-        x = snake_beta(ctx_, x, b.snake.alpha, b.snake.inv_beta);
+        x = snake_beta(ctx_, x, b.snake.alpha, b.snake.inv_beta, &s_.pool);
         x = trans_conv(x, s_.blk_up[ib], b.up, b.r);
         for (int u = 0; u < 3; ++u) {
             const ResUnit &ru = b.res[u];
-            ggml_tensor *y = snake_beta(ctx_, x, ru.snake1.alpha, ru.snake1.inv_beta);
+            ggml_tensor *y = snake_beta(ctx_, x, ru.snake1.alpha, ru.snake1.inv_beta, &s_.pool);
             y = causal_conv(y, s_.res_conv1[ib][u], ru.conv1, ru.dilation);
-            y = snake_beta(ctx_, y, ru.snake2.alpha, ru.snake2.inv_beta);
-            y = causal_conv(y, nullptr, ru.conv2, 1);
-            x = ggml_add(ctx_, x, y);
+            y = snake_beta(ctx_, y, ru.snake2.alpha, ru.snake2.inv_beta, &s_.pool);
+            x = causal_conv(y, nullptr, ru.conv2, 1, x);
         }
         return x;
     }
 
     DecoderStream::State &s_;
     const SpeechDecoder::Model &m_;
+    std::deque<ConvGemmParams> params_;  // referenced by the graph's conv_gemm nodes
     ggml_context *ctx_;
     ggml_cgraph *gf_;
 };

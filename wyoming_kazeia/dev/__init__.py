@@ -1,0 +1,1 @@
+"""Developer tools: random-weight checkpoints and other helpers for tests and benchmarks."""
