@@ -9,8 +9,13 @@
 
 #include "kazeia/decoder_arch.h"
 #include "kazeia/error.h"
+#include "kazeia/generator.h"
 #include "kazeia/speech_decoder.h"
+#include "kazeia/talker_arch.h"
 #include "src/ops.h"
+#include "src/sampler.h"
+
+#include "ggml.h"
 
 namespace py = pybind11;
 using namespace kazeia;
@@ -94,6 +99,155 @@ DecoderHParams hparams_from_dict(const py::dict &d) {
     }
     return hp;
 }
+
+const char *talker_kind_name(TalkerTensorKind k) {
+    switch (k) {
+    case TalkerTensorKind::NORM: return "norm";
+    case TalkerTensorKind::BIAS: return "bias";
+    case TalkerTensorKind::MATRIX: return "matrix";
+    case TalkerTensorKind::EMBEDDING: return "embedding";
+    }
+    return "?";
+}
+
+const char *talker_meta_type_name(TalkerMetaType t) {
+    switch (t) {
+    case TalkerMetaType::U32: return "u32";
+    case TalkerMetaType::F32: return "f32";
+    case TalkerMetaType::STR_U32_MAP: return "str_u32_map";
+    case TalkerMetaType::STR_STR_MAP: return "str_str_map";
+    }
+    return "?";
+}
+
+// hparams <-> dict through the talker key table (maps as {name: value} dicts).
+py::dict talker_hparams_to_dict(const TalkerHParams &hp) {
+    py::dict d;
+    for (const TalkerMetaKey &k : talker_meta_keys()) {
+        switch (k.type) {
+        case TalkerMetaType::U32: d[k.key.c_str()] = k.lm ? (hp.*(k.lm)).*(k.lm_u32) : hp.*(k.u32); break;
+        case TalkerMetaType::F32: d[k.key.c_str()] = k.lm ? (hp.*(k.lm)).*(k.lm_f32) : hp.*(k.f32); break;
+        case TalkerMetaType::STR_U32_MAP: {
+            py::dict m;
+            for (size_t i = 0; i < (hp.*(k.names)).size(); ++i) m[py::str((hp.*(k.names))[i])] = (hp.*(k.u32_values))[i];
+            d[k.key.c_str()] = m;
+            break;
+        }
+        case TalkerMetaType::STR_STR_MAP: {
+            py::dict m;
+            for (size_t i = 0; i < (hp.*(k.names)).size(); ++i) m[py::str((hp.*(k.names))[i])] = (hp.*(k.str_values))[i];
+            d[k.key.c_str()] = m;
+            break;
+        }
+        }
+    }
+    return d;
+}
+
+TalkerHParams talker_hparams_from_dict(const py::dict &d) {
+    TalkerHParams hp;
+    for (const TalkerMetaKey &k : talker_meta_keys()) {
+        const bool table = k.type == TalkerMetaType::STR_U32_MAP || k.type == TalkerMetaType::STR_STR_MAP;
+        if (table) continue;  // tables do not shape tensors
+        if (!d.contains(k.key.c_str())) throw InputError("missing hyper-parameter " + k.key);
+        py::handle v = d[k.key.c_str()];
+        switch (k.type) {
+        case TalkerMetaType::U32: (k.lm ? (hp.*(k.lm)).*(k.lm_u32) : hp.*(k.u32)) = v.cast<uint32_t>(); break;
+        case TalkerMetaType::F32: (k.lm ? (hp.*(k.lm)).*(k.lm_f32) : hp.*(k.f32)) = v.cast<float>(); break;
+        case TalkerMetaType::STR_U32_MAP:
+        case TalkerMetaType::STR_STR_MAP: break;  // tables do not shape tensors
+        }
+    }
+    return hp;
+}
+
+// The int32 ids of a 1-D integer array (or sequence).
+std::vector<int32_t> ids_from(const py::array &arr) {
+    const char kind = arr.dtype().kind();
+    if ((kind != 'i' && kind != 'u') || arr.ndim() != 1)
+        throw InputError("input_ids must be a 1-D sequence of integers");
+    auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    std::vector<int32_t> out(wide.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+        const int64_t v = wide.data()[i];
+        if (v < 0 || v > INT32_MAX) throw InputError("input id " + std::to_string(v) + " is out of range");
+        out[i] = (int32_t)v;
+    }
+    return out;
+}
+
+GenerationOptions options_from(const std::string &speaker, const std::string &language,
+                               bool non_streaming, bool greedy, std::optional<uint64_t> seed,
+                               std::optional<float> temperature, std::optional<int> top_k,
+                               std::optional<float> top_p, std::optional<float> repetition_penalty,
+                               int max_frames) {
+    GenerationOptions o;
+    o.speaker = speaker;
+    o.language = language;
+    o.non_streaming = non_streaming;
+    o.greedy = greedy;
+    o.seed = seed;
+    o.temperature = temperature;
+    o.top_k = top_k;
+    o.top_p = top_p;
+    o.repetition_penalty = repetition_penalty;
+    o.max_frames = max_frames;
+    return o;
+}
+
+py::array_t<int32_t> frames_to_numpy(const std::vector<Frame> &frames) {
+    py::array_t<int32_t> out({(py::ssize_t)frames.size(), (py::ssize_t)16});
+    auto r = out.mutable_unchecked<2>();
+    for (size_t t = 0; t < frames.size(); ++t)
+        for (int g = 0; g < 16; ++g) r(t, g) = frames[t][g];
+    return out;
+}
+
+py::array_t<float> floats(const std::vector<float> &v, std::vector<py::ssize_t> shape) {
+    py::array_t<float> out(shape);
+    std::copy(v.begin(), v.end(), out.mutable_data());
+    return out;
+}
+
+// Python iterator over the frames of one generation; the native work runs without the GIL.
+class FrameIterator {
+  public:
+    FrameIterator(std::unique_ptr<GenerationSession> s) : session_(std::move(s)) {}
+    py::array_t<int32_t> next() {
+        if (!session_) throw py::stop_iteration();
+        std::optional<Frame> f;
+        {
+            py::gil_scoped_release release;
+            f = session_->next();
+        }
+        if (!f) {
+            stats_ = {session_->frames(), session_->talker_ms(), session_->predictor_ms()};
+            session_.reset();  // frees the KV caches and threads now
+            throw py::stop_iteration();
+        }
+        py::array_t<int32_t> out(16);
+        std::copy(f->begin(), f->end(), out.mutable_data());
+        return out;
+    }
+    void close() { session_.reset(); }
+    py::dict stats() const {
+        py::dict d;
+        if (session_) {
+            d["frames"] = session_->frames();
+            d["talker_ms"] = session_->talker_ms();
+            d["predictor_ms"] = session_->predictor_ms();
+        } else {
+            d["frames"] = std::get<0>(stats_);
+            d["talker_ms"] = std::get<1>(stats_);
+            d["predictor_ms"] = std::get<2>(stats_);
+        }
+        return d;
+    }
+
+  private:
+    std::unique_ptr<GenerationSession> session_;
+    std::tuple<int64_t, double, double> stats_{0, 0.0, 0.0};
+};
 
 }  // namespace
 
@@ -183,4 +337,181 @@ PYBIND11_MODULE(_native, m) {
         },
         py::arg("hparams"), "Every tensor of a decoder GGUF for these hyper-parameters.");
     m.def("sin_squared", &sin_squared, py::arg("x"), "The vectorized sin^2 of the SnakeBeta kernel.");
+
+    py::class_<FrameIterator>(m, "FrameIterator")
+        .def("__iter__", [](FrameIterator &it) -> FrameIterator & { return it; })
+        .def("__next__", &FrameIterator::next)
+        .def("close", &FrameIterator::close)
+        .def_property_readonly("stats", &FrameIterator::stats);
+
+    py::class_<Generator>(m, "Generator")
+        .def(py::init<const std::string &, int>(), py::arg("path"), py::arg("threads") = 2,
+             py::call_guard<py::gil_scoped_release>())
+        .def(
+            "frames",
+            [](const Generator &g, const py::array &input_ids, const std::string &speaker,
+               const std::string &language, bool non_streaming, bool greedy,
+               std::optional<uint64_t> seed, std::optional<float> temperature,
+               std::optional<int> top_k, std::optional<float> top_p,
+               std::optional<float> repetition_penalty, int max_frames) {
+                auto ids = ids_from(input_ids);
+                auto o = options_from(speaker, language, non_streaming, greedy, seed, temperature,
+                                      top_k, top_p, repetition_penalty, max_frames);
+                std::unique_ptr<GenerationSession> s;
+                {
+                    py::gil_scoped_release release;
+                    s = g.start(ids, o);
+                }
+                return FrameIterator(std::move(s));
+            },
+            py::keep_alive<0, 1>(), py::arg("input_ids"), py::arg("speaker"),
+            py::arg("language") = "auto", py::arg("non_streaming") = false,
+            py::arg("greedy") = false, py::arg("seed") = py::none(),
+            py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
+            py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
+            py::arg("max_frames") = 2048)
+        .def(
+            "generate",
+            [](const Generator &g, const py::array &input_ids, const std::string &speaker,
+               const std::string &language, bool non_streaming, bool greedy,
+               std::optional<uint64_t> seed, std::optional<float> temperature,
+               std::optional<int> top_k, std::optional<float> top_p,
+               std::optional<float> repetition_penalty, int max_frames) {
+                auto ids = ids_from(input_ids);
+                auto o = options_from(speaker, language, non_streaming, greedy, seed, temperature,
+                                      top_k, top_p, repetition_penalty, max_frames);
+                std::vector<Frame> frames;
+                {
+                    py::gil_scoped_release release;
+                    auto s = g.start(ids, o);
+                    while (auto f = s->next()) frames.push_back(*f);
+                }
+                return frames_to_numpy(frames);
+            },
+            py::arg("input_ids"), py::arg("speaker"), py::arg("language") = "auto",
+            py::arg("non_streaming") = false, py::arg("greedy") = false,
+            py::arg("seed") = py::none(), py::arg("temperature") = py::none(),
+            py::arg("top_k") = py::none(), py::arg("top_p") = py::none(),
+            py::arg("repetition_penalty") = py::none(), py::arg("max_frames") = 2048,
+            "All frames at once: int32 [T, 16] (T < max_frames when eos came first).")
+        .def(
+            "trace",
+            [](const Generator &g, const py::array &input_ids, const std::string &speaker,
+               const std::string &language, bool non_streaming, int max_frames) {
+                auto ids = ids_from(input_ids);
+                auto o = options_from(speaker, language, non_streaming, true, 0, std::nullopt,
+                                      std::nullopt, std::nullopt, 1.0f, max_frames);
+                GenerationTrace trace;
+                std::vector<Frame> frames;
+                {
+                    py::gil_scoped_release release;
+                    auto s = g.start(ids, o, &trace);
+                    while (auto f = s->next()) frames.push_back(*f);
+                }
+                const py::ssize_t d = trace.hidden, vocab = g.hparams().talker.vocab_size,
+                                  cpv = g.hparams().predictor.vocab_size;
+                py::dict out;
+                out["codes"] = frames_to_numpy(frames);
+                out["prefill_embeds"] = floats(trace.prefill_embeds, {(py::ssize_t)trace.prefill_embeds.size() / d, d});
+                out["step_embeds"] = floats(trace.step_embeds, {(py::ssize_t)trace.step_embeds.size() / d, d});
+                out["talker_logits"] = floats(trace.talker_logits, {(py::ssize_t)trace.talker_logits.size() / vocab, vocab});
+                out["talker_hidden"] = floats(trace.talker_hidden, {(py::ssize_t)trace.talker_hidden.size() / d, d});
+                out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (15 * cpv), 15, cpv});
+                return out;
+            },
+            py::arg("input_ids"), py::arg("speaker"), py::arg("language") = "auto",
+            py::arg("non_streaming") = false, py::arg("max_frames") = 2048,
+            "Greedy generation (repetition penalty 1) recording every intermediate the official "
+            "reference pins down.")
+        .def_property_readonly("hparams", [](const Generator &g) { return talker_hparams_to_dict(g.hparams()); })
+        .def_property_readonly("threads", &Generator::n_threads)
+        .def_property_readonly("speakers", [](const Generator &g) { return g.hparams().speaker_names; })
+        .def_property_readonly("languages", [](const Generator &g) { return g.hparams().language_names; });
+
+    m.def(
+        "talker_arch",
+        []() {
+            py::dict d;
+            d["arch"] = TALKER_ARCH;
+            d["format_version"] = TALKER_FORMAT_VERSION;
+            d["format_version_key"] = TALKER_KEY_FORMAT_VERSION;
+            py::list keys;
+            for (const TalkerMetaKey &k : talker_meta_keys()) {
+                py::dict e;
+                e["key"] = k.key;
+                e["type"] = talker_meta_type_name(k.type);
+                e["config_path"] = k.config_path;
+                keys.append(e);
+            }
+            d["meta_keys"] = keys;
+            return d;
+        },
+        "The talker GGUF kind, format version and metadata key table.");
+    m.def(
+        "talker_tensor_specs",
+        [](const py::dict &hparams) {
+            py::list out;
+            for (const TalkerTensorSpec &s : talker_tensor_specs(talker_hparams_from_dict(hparams))) {
+                py::dict e;
+                e["name"] = s.name;
+                e["ne"] = s.ne;
+                e["sources"] = s.sources;
+                e["kind"] = talker_kind_name(s.kind);
+                out.append(e);
+            }
+            return out;
+        },
+        py::arg("hparams"), "Every tensor of a talker GGUF for these hyper-parameters.");
+
+    m.def(
+        "quantize",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast> &data,
+           const std::string &type) {
+            ggml_type t;
+            if (type == "q8_0") t = GGML_TYPE_Q8_0;
+            else if (type == "q4_k") t = GGML_TYPE_Q4_K;
+            else if (type == "f16") t = GGML_TYPE_F16;
+            else throw InputError("quantize: type must be q8_0, q4_k or f16");
+            if (data.ndim() < 1) throw InputError("quantize: need at least one dimension");
+            const int64_t row = data.shape(data.ndim() - 1), rows = data.size() / std::max<int64_t>(row, 1);
+            if (row % ggml_blck_size(t)) throw InputError("quantize: row length not a multiple of the block size");
+            py::bytes out;
+            std::string buf(ggml_row_size(t, row) * rows, '\0');
+            {
+                py::gil_scoped_release release;
+                ggml_quantize_chunk(t, data.data(), buf.data(), 0, rows, row, nullptr);
+            }
+            return py::bytes(buf);
+        },
+        py::arg("data"), py::arg("type"), "ggml quantization of f32 rows (last dimension).");
+    m.def(
+        "quant_block_size", [](const std::string &type) -> int64_t {
+            if (type == "q8_0") return ggml_blck_size(GGML_TYPE_Q8_0);
+            if (type == "q4_k") return ggml_blck_size(GGML_TYPE_Q4_K);
+            return 1;
+        },
+        py::arg("type"));
+
+    m.def(
+        "select_token",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast> &logits,
+           const std::vector<int32_t> &history, float repetition_penalty, int64_t suppress_begin,
+           int64_t suppress_end, int64_t keep, bool greedy, float temperature, int top_k,
+           float top_p, uint64_t seed, int n) {
+            std::vector<int32_t> picks;
+            Rng rng(seed);
+            std::vector<float> x, scratch;
+            for (int i = 0; i < n; ++i) {
+                x.assign(logits.data(), logits.data() + logits.size());
+                apply_repetition_penalty(x.data(), (int64_t)x.size(), history, repetition_penalty);
+                suppress_range(x.data(), (int64_t)x.size(), suppress_begin, suppress_end, keep);
+                picks.push_back(select_token(x.data(), (int64_t)x.size(),
+                                             SamplingParams{greedy, temperature, top_k, top_p}, rng, scratch));
+            }
+            return picks;
+        },
+        py::arg("logits"), py::arg("history"), py::arg("repetition_penalty"),
+        py::arg("suppress_begin"), py::arg("suppress_end"), py::arg("keep"), py::arg("greedy"),
+        py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("n"),
+        "The talker's token processors and sampler on given logits, n draws (tests).");
 }

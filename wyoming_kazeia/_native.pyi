@@ -28,6 +28,78 @@ class SpeechDecoder:
     @property
     def codebook_size(self) -> int: ...
 
+class FrameIterator:
+    def __iter__(self) -> FrameIterator: ...
+    def __next__(self) -> npt.NDArray[np.int32]: ...
+    def close(self) -> None: ...
+    @property
+    def stats(self) -> dict[str, float]: ...
+
+class Generator:
+    def __init__(self, path: str, threads: int = 2) -> None: ...
+    def frames(
+        self,
+        input_ids: npt.ArrayLike,
+        speaker: str,
+        language: str = "auto",
+        non_streaming: bool = False,
+        greedy: bool = False,
+        seed: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        max_frames: int = 2048,
+    ) -> FrameIterator: ...
+    def generate(
+        self,
+        input_ids: npt.ArrayLike,
+        speaker: str,
+        language: str = "auto",
+        non_streaming: bool = False,
+        greedy: bool = False,
+        seed: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        max_frames: int = 2048,
+    ) -> npt.NDArray[np.int32]: ...
+    def trace(
+        self,
+        input_ids: npt.ArrayLike,
+        speaker: str,
+        language: str = "auto",
+        non_streaming: bool = False,
+        max_frames: int = 2048,
+    ) -> dict[str, npt.NDArray[Any]]: ...
+    @property
+    def hparams(self) -> dict[str, Any]: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def speakers(self) -> list[str]: ...
+    @property
+    def languages(self) -> list[str]: ...
+
+def talker_arch() -> dict[str, Any]: ...
+def talker_tensor_specs(hparams: dict[str, Any]) -> list[dict[str, Any]]: ...
+def quantize(data: npt.ArrayLike, type: str) -> bytes: ...
+def quant_block_size(type: str) -> int: ...
+def select_token(
+    logits: npt.ArrayLike,
+    history: list[int],
+    repetition_penalty: float,
+    suppress_begin: int,
+    suppress_end: int,
+    keep: int,
+    greedy: bool,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: int,
+    n: int,
+) -> list[int]: ...
 def decoder_arch() -> dict[str, Any]: ...
 def decoder_tensor_specs(hparams: dict[str, Any]) -> list[dict[str, Any]]: ...
 def sin_squared(x: float) -> float: ...

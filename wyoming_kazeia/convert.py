@@ -2,7 +2,8 @@
 
     python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR [--type f32|f16|q8_0|q4_k]
 
-writes OUT_DIR/decoder.gguf (the speech decoder). Every hyper-parameter comes from the
+writes OUT_DIR/decoder.gguf (the speech decoder), OUT_DIR/talker.gguf (talker, text path and
+code predictor) and copies the tokenizer files. Every hyper-parameter comes from the
 checkpoint's config.json through the metadata key table of the native loader, and every
 tensor through its tensor table (`wyoming_kazeia._native.decoder_arch` and
 `decoder_tensor_specs`), so the files always match what the loader expects.
@@ -14,10 +15,11 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,29 +207,67 @@ def decoder_hparams(config: dict[str, Any], source: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- GGUF writing
 
 
-def _stored(data: np.ndarray, spec: dict[str, Any], out_type: str) -> np.ndarray:
-    """The array as stored: matrices as f16 for --type f16, everything else f32.
+@dataclass(frozen=True)
+class _OutTensor:
+    """A tensor as written: name, numpy-order shape, storage type (f32, f16, q8_0, q4_k)."""
 
-    The decoder is compute-bound (~62 GFLOP per second of audio): a quantized matrix
-    saves memory but no time, and costs quality, so q8_0/q4_k keep it at f32.
-    """
-    if out_type == "f16" and spec["transform"] in ("linear", "conv", "trans_conv"):
+    name: str
+    shape: tuple[int, ...]
+    qtype: str
+
+    def nbytes(self) -> int:
+        rows = int(np.prod(self.shape[:-1])) if len(self.shape) > 1 else 1
+        row = self.shape[-1]
+        return rows * _row_bytes(self.qtype, row)
+
+
+_QTYPES = {
+    "f32": gguf.GGMLQuantizationType.F32,
+    "f16": gguf.GGMLQuantizationType.F16,
+    "q8_0": gguf.GGMLQuantizationType.Q8_0,
+    "q4_k": gguf.GGMLQuantizationType.Q4_K,
+}
+
+
+def _row_bytes(qtype: str, n: int) -> int:
+    block, size = gguf.GGML_QUANT_SIZES[_QTYPES[qtype]]
+    return n // block * size
+
+
+def fitting_type(wanted: str, row: int) -> str:
+    """The storage type for a matrix of rows of `row` values: `wanted` when its block size
+    divides the row, else the next type that fits (q4_k -> q8_0 -> f16)."""
+    chain = {"q4_k": ["q4_k", "q8_0", "f16"], "q8_0": ["q8_0", "f16"]}.get(wanted, [wanted])
+    for qtype in chain:
+        if row % gguf.GGML_QUANT_SIZES[_QTYPES[qtype]][0] == 0:
+            return qtype
+    return "f32"
+
+
+def _encode(data: np.ndarray, qtype: str) -> np.ndarray:
+    if qtype == "f32":
+        return np.ascontiguousarray(data, dtype=np.float32)
+    if qtype == "f16":
         return data.astype(np.float16)
-    return data
+    raw = _native.quantize(data, qtype)
+    rows = int(np.prod(data.shape[:-1])) if data.ndim > 1 else 1
+    return np.frombuffer(raw, dtype=np.uint8).reshape(rows, -1)
 
 
 def _write_gguf(
     path: Path,
     arch: str,
     metadata: Sequence[tuple[str, Any, str]],
-    tensors: Sequence[tuple[str, tuple[int, ...], np.dtype[Any]]],
-    produce: Callable[[], Iterator[np.ndarray]],
-) -> None:
-    """Writes a GGUF file tensor by tensor (bounded memory), atomically via a temp file."""
+    tensors: Sequence[_OutTensor],
+    produce: Callable[[int], np.ndarray],
+) -> int:
+    """Writes a GGUF file tensor by tensor (bounded memory: `produce(i)` makes the f32 data of
+    tensor i just before it is written), atomically via a temp file. Returns the data size."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    total = sum(t.nbytes() for t in tensors)
     try:
         writer = gguf.GGUFWriter(tmp, arch)
         for key, value, kind in metadata:
@@ -239,16 +279,42 @@ def _write_gguf(
                 writer.add_key_value(
                     key, value, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT32
                 )
+            elif kind == "str_array":
+                writer.add_key_value(
+                    key, value, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING
+                )
             else:
                 writer.add_string(key, value)
-        for name, shape, dtype in tensors:
-            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            writer.add_tensor_info(name, shape, dtype, nbytes)
+        for t in tensors:
+            if t.qtype in ("f32", "f16"):
+                dtype = np.float32 if t.qtype == "f32" else np.float16
+                writer.add_tensor_info(t.name, t.shape, np.dtype(dtype), t.nbytes())
+            else:
+                byte_shape = (*t.shape[:-1], _row_bytes(t.qtype, t.shape[-1]))
+                writer.add_tensor_info(
+                    t.name, byte_shape, np.dtype(np.uint8), t.nbytes(), raw_dtype=_QTYPES[t.qtype]
+                )
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for data in produce():
+        done, last_log, start = 0, 0.0, time.monotonic()
+        for i, t in enumerate(tensors):
+            data = _encode(produce(i), t.qtype)
+            if data.nbytes != t.nbytes():
+                raise ConversionError(f"internal: '{t.name}' encodes to {data.nbytes} bytes")
             writer.write_tensor_data(data)
+            done += data.nbytes
+            now = time.monotonic()
+            if total >= _PROGRESS_MIN_BYTES and (now - last_log > 2.0 or done == total):
+                _LOGGER.info(
+                    "%s: %3.0f%% (%d/%d MB, %.0f s)",
+                    path.name,
+                    100.0 * done / total,
+                    done >> 20,
+                    total >> 20,
+                    now - start,
+                )
+                last_log = now
         writer.close()
         # mkstemp creates the file private (0600); give it the usual umask-based mode.
         umask = os.umask(0)
@@ -257,6 +323,7 @@ def _write_gguf(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return total
 
 
 # Checkpoint tensors that only encoding (audio -> codes) uses: TTS never runs them.
@@ -299,44 +366,131 @@ def convert_decoder(checkpoint_dir: Path, out_path: Path, out_type: str = "f32")
     kinds = {k["key"]: k["type"] for k in arch["meta_keys"]}
     metadata += [(key, value, kinds[key]) for key, value in hparams.items()]
 
-    # Shapes and dtypes first (the header precedes the data); the data is produced lazily.
-    def stored_dtype(spec: dict[str, Any]) -> np.dtype[Any]:
-        probe = np.zeros(1, dtype=np.float32)
-        return _stored(probe, spec, out_type).dtype
+    # The decoder is compute-bound (~62 GFLOP per second of audio): quantizing it would save
+    # memory but no time and cost quality, so only --type f16 changes it (its matrices).
+    def qtype(spec: dict[str, Any]) -> str:
+        matrix = spec["transform"] in ("linear", "conv", "trans_conv")
+        return "f16" if out_type == "f16" and matrix else "f32"
 
-    tensors = [(s["name"], tuple(reversed(s["ne"])), stored_dtype(s)) for s in specs]
-    total = sum(int(np.prod(shape)) * dt.itemsize for _n, shape, dt in tensors)
-
-    def produce() -> Iterator[np.ndarray]:
-        done, last_log, start = 0, 0.0, time.monotonic()
-        for spec in specs:
-            data = _stored(_apply(spec, ckpt), spec, out_type)
-            done += data.nbytes
-            now = time.monotonic()
-            if total >= _PROGRESS_MIN_BYTES and (now - last_log > 2.0 or done == total):
-                _LOGGER.info(
-                    "%s: %3.0f%% (%d/%d MB, %.0f s)",
-                    out_path.name,
-                    100.0 * done / total,
-                    done >> 20,
-                    total >> 20,
-                    now - start,
-                )
-                last_log = now
-            yield data
-
-    _write_gguf(out_path, arch["arch"], metadata, tensors, produce)
+    tensors = [_OutTensor(s["name"], tuple(reversed(s["ne"])), qtype(s)) for s in specs]
+    total = _write_gguf(out_path, arch["arch"], metadata, tensors, lambda i: _apply(specs[i], ckpt))
     _LOGGER.info("wrote %s (%d tensors, %d MB)", out_path, len(specs), total >> 20)
     return out_path
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ConversionError(f"cannot read {path}: {err}") from err
+    if not isinstance(data, dict):
+        raise ConversionError(f"{path} is not a JSON object")
+    return data
+
+
+def talker_metadata(checkpoint_dir: Path) -> list[tuple[str, Any, str]]:
+    """The talker GGUF metadata from config.json and generation_config.json via the key table.
+
+    Maps (speakers, languages, dialects) become a sorted name list and a value list; the
+    dialect list shares the speaker order ("" for no dialect)."""
+    files = {
+        name: _read_json(checkpoint_dir / name)
+        for name in ("config.json", "generation_config.json")
+    }
+    out: list[tuple[str, Any, str]] = []
+    for k in _native.talker_arch()["meta_keys"]:
+        fname, _, path = k["config_path"].partition(":")
+        value = _config_value(files[fname], path, checkpoint_dir / fname)
+        if k["type"] in ("u32", "f32"):
+            out.append((k["key"], _typed(value, k["type"], k["key"]), k["type"]))
+            continue
+        if not isinstance(value, dict):
+            raise ConversionError(f"{checkpoint_dir / fname}: '{path}' is not a mapping")
+        names = sorted(str(n).lower() for n in value)
+        lowered = {str(n).lower(): v for n, v in value.items()}
+        if k["type"] == "str_u32_map":
+            values: list[Any] = [_typed(lowered[n], "u32", f"{path}.{n}") for n in names]
+            out.append((k["key"] + ".values", values, "u32_array"))
+        else:
+            values = [v if isinstance(v, str) else "" for v in (lowered[n] for n in names)]
+            out.append((k["key"] + ".values", values, "str_array"))
+        out.append((k["key"] + ".names", names, "str_array"))
+    return out
+
+
+def convert_talker(checkpoint_dir: Path, out_path: Path, out_type: str = "f32") -> Path:
+    """model.safetensors of a checkpoint -> talker.gguf (talker, text path, code predictor)."""
+    metadata = talker_metadata(checkpoint_dir)
+    hparams = {key: value for key, value, kind in metadata if kind in ("u32", "f32")}
+    specs = _native.talker_tensor_specs(hparams)
+    ckpt = SafetensorsCheckpoint(checkpoint_dir)
+    used = {s for spec in specs for s in spec["sources"]}
+    for name in sorted(used):
+        if name not in ckpt.entries:
+            raise ConversionError(f"{checkpoint_dir}: checkpoint tensor '{name}' is missing")
+    for name in ckpt.names():
+        # The Base model's speaker encoder serves voice cloning, which the engine lacks yet.
+        if name not in used and not name.startswith("speaker_encoder."):
+            raise ConversionError(
+                f"{checkpoint_dir}: unknown tensor '{name}' (not in the talker table)"
+            )
+
+    def qtype(spec: dict[str, Any]) -> str:
+        if spec["kind"] in ("norm", "bias") or out_type == "f32":
+            return "f32"
+        chosen = fitting_type(out_type, spec["ne"][0])
+        if chosen != out_type:
+            _LOGGER.info(
+                "%s: rows of %d do not fit %s, stored as %s",
+                spec["name"],
+                spec["ne"][0],
+                out_type,
+                chosen,
+            )
+        return chosen
+
+    def load(i: int) -> np.ndarray:
+        spec = specs[i]
+        parts = [ckpt.get(s) for s in spec["sources"]]
+        data = (
+            parts[0]
+            if len(parts) == 1
+            else (np.stack(parts) if spec["kind"] == "matrix" else np.concatenate(parts))
+        )
+        expected = tuple(reversed(spec["ne"]))
+        if data.shape != expected:
+            raise ConversionError(
+                f"tensor '{spec['sources'][0]}' has shape {ckpt.entries[spec['sources'][0]].shape}"
+                f", which does not fit '{spec['name']}' {expected} from config.json"
+            )
+        return data
+
+    tensors = [_OutTensor(s["name"], tuple(reversed(s["ne"])), qtype(s)) for s in specs]
+    arch = _native.talker_arch()
+    metadata = [(arch["format_version_key"], arch["format_version"], "u32"), *metadata]
+    total = _write_gguf(out_path, arch["arch"], metadata, tensors, load)
+    _LOGGER.info("wrote %s (%d tensors, %d MB)", out_path, len(specs), total >> 20)
+    return out_path
+
+
+TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json")
+
+
 def convert(checkpoint_dir: Path, out_dir: Path, out_type: str = "f32") -> list[Path]:
-    """Converts every part the engine has today. Returns the written files."""
+    """Converts every part of a checkpoint and copies its tokenizer files. Returns the files."""
     if out_type not in OUT_TYPES:
         raise ConversionError(f"--type must be one of {', '.join(OUT_TYPES)}, got {out_type!r}")
     if not checkpoint_dir.is_dir():
         raise ConversionError(f"{checkpoint_dir} is not a directory")
-    return [convert_decoder(checkpoint_dir, out_dir / "decoder.gguf", out_type)]
+    written = [
+        convert_decoder(checkpoint_dir, out_dir / "decoder.gguf", out_type),
+        convert_talker(checkpoint_dir, out_dir / "talker.gguf", out_type),
+    ]
+    for name in TOKENIZER_FILES:
+        if (checkpoint_dir / name).is_file():
+            shutil.copyfile(checkpoint_dir / name, out_dir / name)
+            written.append(out_dir / name)
+    return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:

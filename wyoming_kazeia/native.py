@@ -8,6 +8,17 @@
     part = stream.push(codes[:4])        # exactly the next 4 * 1920 samples
     stream.reset()                       # back to the start of a new utterance
 
+    from wyoming_kazeia.native import Generator
+
+    gen = Generator("model/talker.gguf", threads=2)
+    codes = gen.generate(input_ids, "vivian", "english", seed=7, max_frames=400)  # int32 [T, 16]
+    for frame in gen.frames(input_ids, "vivian"):  # each frame's 16 codes as soon as they exist
+        ...
+
+input_ids is the tokenized assistant prompt
+'<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n'. Unset sampling values
+come from the model's generation_config.json; `greedy=True` takes the argmax (tests).
+
 Bad input raises ValueError (shape, dtype, code range) or ModelError (a missing, corrupt,
 truncated or wrong-kind GGUF file); the engine computes with the GIL released.
 """
@@ -16,9 +27,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._native import DecoderStream, ModelError, SpeechDecoder
+from ._native import DecoderStream, FrameIterator, Generator, ModelError, SpeechDecoder
 
-__all__ = ["DecoderStream", "ModelError", "SpeechDecoder", "to_pcm16"]
+__all__ = [
+    "DecoderStream",
+    "FrameIterator",
+    "Generator",
+    "ModelError",
+    "SpeechDecoder",
+    "to_pcm16",
+]
 
 
 def to_pcm16(wav: np.ndarray) -> np.ndarray:

@@ -6,6 +6,10 @@
 #include <memory>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "kazeia/error.h"
 
 namespace kazeia {
@@ -23,9 +27,8 @@ std::string shape_str(const int64_t *ne, int n) {
 }
 }  // namespace
 
-GgufWeights::GgufWeights(const std::string &path, const char *expected_arch,
-                         ggml_backend_buffer_type_t buft)
-    : path_(path) {
+size_t GgufWeights::open_checked(const char *expected_arch) {
+    const std::string &path = path_;
     FilePtr file(std::fopen(path.c_str(), "rb"));
     if (!file) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
     char magic[4] = {};
@@ -54,6 +57,40 @@ GgufWeights::GgufWeights(const std::string &path, const char *expected_arch,
             throw ModelError(path + " is truncated: tensor '" + name + "' ends at byte " +
                              std::to_string(end) + " of " + std::to_string(file_size));
     }
+    return (size_t)file_size;
+}
+
+GgufWeights::GgufWeights(const std::string &path, const char *expected_arch, Mapped) : path_(path) {
+    map_size_ = open_checked(expected_arch);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
+    void *map = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED) throw ModelError("cannot map " + path + ": " + std::strerror(errno));
+    map_ = map;
+    const size_t data_offset = gguf_get_data_offset(gguf_.get());
+    buffer_.reset(ggml_backend_cpu_buffer_from_ptr(static_cast<char *>(map_) + data_offset,
+                                                   map_size_ - data_offset));
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_.get()); ++i) {
+        ggml_tensor *t = ggml_get_tensor(ctx_.get(), gguf_get_tensor_name(gguf_.get(), i));
+        char *addr = static_cast<char *>(map_) + data_offset + gguf_get_tensor_offset(gguf_.get(), i);
+        if (ggml_backend_tensor_alloc(buffer_.get(), t, addr) != GGML_STATUS_SUCCESS)
+            throw ModelError(path + ": cannot place tensor '" + std::string(t->name) + "'");
+    }
+}
+
+GgufWeights::~GgufWeights() {
+    buffer_.reset();
+    if (map_) ::munmap(map_, map_size_);
+}
+
+GgufWeights::GgufWeights(const std::string &path, const char *expected_arch,
+                         ggml_backend_buffer_type_t buft)
+    : path_(path) {
+    open_checked(expected_arch);
+    FilePtr file(std::fopen(path.c_str(), "rb"));
+    if (!file) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
+    const size_t data_offset = gguf_get_data_offset(gguf_.get());
 
     buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), buft));
     if (!buffer_) throw ModelError("out of memory allocating the weights of " + path);
@@ -132,6 +169,17 @@ std::vector<uint32_t> GgufWeights::get_u32_array(const char *key) const {
     const size_t n = gguf_get_arr_n(gguf_.get(), id);
     const auto *data = static_cast<const uint32_t *>(gguf_get_arr_data(gguf_.get(), id));
     return std::vector<uint32_t>(data, data + n);
+}
+
+std::vector<std::string> GgufWeights::get_str_array(const char *key) const {
+    const int64_t id = find_key(key, GGUF_TYPE_ARRAY);
+    if (gguf_get_arr_type(gguf_.get(), id) != GGUF_TYPE_STRING)
+        throw ModelError(path_ + ": metadata key '" + std::string(key) +
+                         "' is not an array of strings");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < gguf_get_arr_n(gguf_.get(), id); ++i)
+        out.push_back(gguf_get_arr_str(gguf_.get(), id, i));
+    return out;
 }
 
 }  // namespace kazeia

@@ -15,6 +15,14 @@ class GgufWeights {
     // tensor into one buffer of `buft`. Throws ModelError with a message naming the file.
     GgufWeights(const std::string &path, const char *expected_arch,
                 ggml_backend_buffer_type_t buft);
+    // Same checks, but the tensors stay in a read-only memory map of the file (CPU only):
+    // pages are read on first use, so a huge table of which few rows are used (the talker's
+    // text embedding) costs only those rows of resident memory.
+    struct Mapped {};
+    GgufWeights(const std::string &path, const char *expected_arch, Mapped);
+    ~GgufWeights();
+    GgufWeights(const GgufWeights &) = delete;
+    GgufWeights &operator=(const GgufWeights &) = delete;
 
     const std::string &path() const { return path_; }
     const gguf_context *meta() const { return gguf_.get(); }
@@ -31,13 +39,19 @@ class GgufWeights {
     std::string get_str(const char *key) const;
     std::vector<uint32_t> get_u32_array(const char *key) const;
 
+    std::vector<std::string> get_str_array(const char *key) const;
+
   private:
     int64_t find_key(const char *key, gguf_type type) const;
+    // Opens and validates the header; returns the file size.
+    size_t open_checked(const char *expected_arch);
 
     std::string path_;
     GgufContextPtr gguf_;
     GgmlContextPtr ctx_;
     BufferPtr buffer_;
+    void *map_ = nullptr;
+    size_t map_size_ = 0;
 };
 
 }  // namespace kazeia

@@ -1,0 +1,82 @@
+// Generator: text token ids -> audio codes [T, 16], frame by frame (talker + code predictor).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kazeia/talker_arch.h"
+
+namespace kazeia {
+
+using Frame = std::array<int32_t, 16>;
+
+struct GenerationOptions {
+    std::string speaker;             // a speaker of the model (CustomVoice)
+    std::string language = "auto";   // a language name of the model, or "auto"
+    bool non_streaming = false;      // whole text in the prefill instead of one token per frame
+    bool greedy = false;             // argmax of the processed logits (parity tests)
+    std::optional<uint64_t> seed;    // unset: drawn from std::random_device
+    // Unset values come from the model's generation_config.json.
+    std::optional<float> temperature, top_p, repetition_penalty;
+    std::optional<int> top_k;
+    int max_frames = 0;  // > 0
+};
+
+// Everything the reference outputs pin down, recorded when asked (tests).
+struct GenerationTrace {
+    int64_t hidden = 0;
+    std::vector<float> prefill_embeds;  // [L, hidden]
+    std::vector<float> step_embeds;     // [steps, hidden]
+    std::vector<float> talker_logits;   // [calls, vocab] raw codec_head logits
+    std::vector<float> talker_hidden;   // [calls, hidden] final-norm hidden at the last position
+    std::vector<float> cp_logits;       // [frames, groups - 1, cp vocab] raw
+};
+
+class GenerationSession;
+
+class Generator {
+  public:
+    Generator(const std::string &talker_gguf, int n_threads);
+    ~Generator();
+    Generator(const Generator &) = delete;
+    Generator &operator=(const Generator &) = delete;
+
+    const TalkerHParams &hparams() const;
+    int n_threads() const;
+
+    // Starts a generation; validates ids, speaker and language (InputError listing the valid
+    // ones). The generator must outlive the session. Sessions of one generator may run
+    // concurrently on different threads.
+    std::unique_ptr<GenerationSession> start(const std::vector<int32_t> &input_ids,
+                                             const GenerationOptions &options,
+                                             GenerationTrace *trace = nullptr) const;
+
+    struct Model;
+
+  private:
+    std::unique_ptr<Model> model_;
+};
+
+class GenerationSession {
+  public:
+    ~GenerationSession();
+    // The next frame's 16 codes, or nothing once eos or max_frames is reached.
+    std::optional<Frame> next();
+    int64_t frames() const;
+    // Milliseconds spent so far in the talker (prefill included) and the code predictor.
+    double talker_ms() const;
+    double predictor_ms() const;
+
+    struct State;
+
+  private:
+    friend class Generator;
+    explicit GenerationSession(std::unique_ptr<State> state);
+    std::unique_ptr<State> state_;
+};
+
+}  // namespace kazeia

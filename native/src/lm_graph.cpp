@@ -1,0 +1,144 @@
+#include "lm_graph.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace kazeia {
+
+namespace {
+constexpr int GRAPH_SIZE = 2048;
+
+void row_to_float(const ggml_tensor *table, int64_t id, float *out) {
+    const char *src = static_cast<const char *>(table->data) + id * table->nb[1];
+    if (table->type == GGML_TYPE_F32) {
+        std::copy_n(reinterpret_cast<const float *>(src), table->ne[0], out);
+    } else {
+        ggml_get_type_traits(table->type)->to_float(src, out, table->ne[0]);
+    }
+}
+}  // namespace
+
+void embedding_rows(const ggml_tensor *table, const std::vector<int32_t> &ids, std::vector<float> &out) {
+    const size_t base = out.size();
+    out.resize(base + ids.size() * table->ne[0]);
+    for (size_t i = 0; i < ids.size(); ++i) row_to_float(table, ids[i], out.data() + base + i * table->ne[0]);
+}
+
+void add_embedding_row(const ggml_tensor *table, int64_t id, float *out) {
+    std::vector<float> row(table->ne[0]);
+    row_to_float(table, id, row.data());
+    for (int64_t i = 0; i < table->ne[0]; ++i) out[i] += row[i];
+}
+
+KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend) : n_ctx(n_ctx_) {
+    ggml_init_params params = {ggml_tensor_overhead() * 2 * hp.num_layers + 64, nullptr, true};
+    ctx.reset(ggml_init(params));
+    const int64_t kv_dim = (int64_t)hp.num_kv_heads * hp.head_dim;
+    for (uint32_t il = 0; il < hp.num_layers; ++il) {
+        k.push_back(ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kv_dim, n_ctx));
+        v.push_back(ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kv_dim, n_ctx));
+    }
+    buffer.reset(ggml_backend_alloc_ctx_tensors(ctx.get(), backend));
+    if (!buffer) throw std::runtime_error("out of memory allocating a KV cache");
+    // Masked slots are multiplied by zero weights: keep them finite.
+    ggml_backend_buffer_clear(buffer.get(), 0);
+}
+
+LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t in_dim,
+                 ggml_tensor *in_proj_w, ggml_tensor *in_proj_b, ggml_tensor *head,
+                 ggml_tensor *heads, ggml_backend_t backend)
+    : backend_(backend), n_tokens_(n_tokens), n_ctx_(cache.n_ctx), in_dim_(in_dim) {
+    const LmHParams &hp = stack.hp;
+    mem_.resize(ggml_tensor_overhead() * GRAPH_SIZE + ggml_graph_overhead_custom(GRAPH_SIZE, false));
+    ggml_init_params params = {mem_.size(), mem_.data(), true};
+    ctx_.reset(ggml_init(params));
+    ggml_context *ctx = ctx_.get();
+    gf_ = ggml_new_graph_custom(ctx, GRAPH_SIZE, false);
+
+    const int64_t n = n_tokens, hd = hp.head_dim, nh = hp.num_heads, nkv = hp.num_kv_heads;
+    embeds_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, in_dim, n);
+    positions_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    slots_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
+    mask_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_ctx_, n);
+    for (ggml_tensor *t : {embeds_, positions_, slots_, mask_}) ggml_set_input(t);
+
+    ggml_tensor *x = embeds_;
+    if (in_proj_w) x = ggml_add(ctx, ggml_mul_mat(ctx, in_proj_w, x), in_proj_b);
+    const float scale = 1.0f / std::sqrt((float)hd);
+    auto norm = [&](ggml_tensor *t, ggml_tensor *w) {
+        return ggml_mul(ctx, ggml_rms_norm(ctx, t, hp.rms_norm_eps), w);
+    };
+    for (size_t il = 0; il < stack.layers.size(); ++il) {
+        const LmLayer &L = stack.layers[il];
+        ggml_tensor *a = norm(x, L.attn_norm);
+        // Qwen3: per-head RMSNorm of q and k before RoPE (NeoX rotate-half: the config's
+        // M-RoPE has three equal position rows for TTS, which is exactly this).
+        auto qk = [&](ggml_tensor *w, ggml_tensor *nw, int64_t heads_) {
+            ggml_tensor *t = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w, a), hd, heads_, n);
+            t = norm(t, nw);
+            return ggml_rope_ext(ctx, t, positions_, nullptr, (int)hd, GGML_ROPE_TYPE_NEOX, 0,
+                                 hp.rope_theta, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
+        };
+        ggml_tensor *q = qk(L.q, L.q_norm, nh);
+        ggml_tensor *k = qk(L.k, L.k_norm, nkv);
+        ggml_tensor *v = ggml_mul_mat(ctx, L.v, a);
+        ggml_tensor *k_all = ggml_set_rows(ctx, cache.k[il], ggml_reshape_2d(ctx, k, hd * nkv, n), slots_);
+        ggml_tensor *v_all = ggml_set_rows(ctx, cache.v[il], v, slots_);
+
+        ggml_tensor *K = ggml_permute(ctx, ggml_reshape_3d(ctx, k_all, hd, nkv, n_ctx_), 0, 2, 1, 3);
+        ggml_tensor *Q = ggml_permute(ctx, q, 0, 2, 1, 3);
+        ggml_tensor *kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), mask_, scale, 0.0f);
+        ggml_tensor *V = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v_all, hd, nkv, n_ctx_), 1, 2, 0, 3));
+        ggml_tensor *o = ggml_mul_mat(ctx, V, kq);  // [hd, n, heads]
+        o = ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), hd * nh, n);
+        x = ggml_add(ctx, x, ggml_mul_mat(ctx, L.o, o));
+
+        ggml_tensor *f = norm(x, L.ffn_norm);
+        f = ggml_mul(ctx, ggml_silu(ctx, ggml_mul_mat(ctx, L.gate, f)), ggml_mul_mat(ctx, L.up, f));
+        x = ggml_add(ctx, x, ggml_mul_mat(ctx, L.down, f));
+    }
+    ggml_tensor *last = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);
+    out_hidden_ = norm(ggml_cont(ctx, last), stack.norm);
+    if (heads) {
+        head_id_ = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, 1);
+        ggml_set_input(head_id_);
+        out_logits_ = ggml_mul_mat_id(ctx, heads, ggml_reshape_3d(ctx, out_hidden_, out_hidden_->ne[0], 1, 1), head_id_);
+    } else {
+        out_logits_ = ggml_mul_mat(ctx, head, out_hidden_);
+    }
+    ggml_set_output(out_hidden_);
+    ggml_set_output(out_logits_);
+    ggml_build_forward_expand(gf_, out_hidden_);
+    ggml_build_forward_expand(gf_, out_logits_);
+
+    allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
+    if (!ggml_gallocr_alloc_graph(allocr_.get(), gf_))
+        throw std::runtime_error("out of memory allocating a talker graph");
+    logits_.resize(ggml_nelements(out_logits_));
+    hidden_.resize(ggml_nelements(out_hidden_));
+    mask_data_.resize(n_ctx_ * n);
+}
+
+void LmGraph::eval(const float *embeds, int64_t pos0, int32_t head_index) {
+    const int64_t n = n_tokens_;
+    if (pos0 + n > n_ctx_) throw std::runtime_error("KV cache is full");
+    ggml_backend_tensor_set(embeds_, embeds, 0, n * in_dim_ * sizeof(float));
+    std::vector<int32_t> pos(n);
+    std::vector<int64_t> slots(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(pos0 + i), slots[i] = pos0 + i;
+    ggml_backend_tensor_set(positions_, pos.data(), 0, n * sizeof(int32_t));
+    ggml_backend_tensor_set(slots_, slots.data(), 0, n * sizeof(int64_t));
+    // Causal: token i sees cache slots 0 .. pos0 + i.
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t c = 0; c < n_ctx_; ++c)
+            mask_data_[i * n_ctx_ + c] = c <= pos0 + i ? 0.0f : -INFINITY;
+    ggml_backend_tensor_set(mask_, mask_data_.data(), 0, mask_data_.size() * sizeof(float));
+    if (head_id_) ggml_backend_tensor_set(head_id_, &head_index, 0, sizeof(int32_t));
+    if (ggml_backend_graph_compute(backend_, gf_) != GGML_STATUS_SUCCESS)
+        throw std::runtime_error("talker graph computation failed");
+    ggml_backend_tensor_get(out_logits_, logits_.data(), 0, logits_.size() * sizeof(float));
+    ggml_backend_tensor_get(out_hidden_, hidden_.data(), 0, hidden_.size() * sizeof(float));
+}
+
+}  // namespace kazeia

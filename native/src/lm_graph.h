@@ -1,0 +1,69 @@
+// Qwen3 decoder stacks (talker and code predictor) as ggml graphs over a fixed-size KV cache.
+//
+// A graph is built once for a given token count and cache size, allocated once, and then
+// evaluated many times: positions, cache slots and the attention mask are inputs, so the code
+// predictor's 14 single-token steps per frame reuse one graph without rebuilding anything.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ggml_raii.h"
+#include "kazeia/talker_arch.h"
+
+namespace kazeia {
+
+struct LmLayer {
+    ggml_tensor *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *ffn_norm, *gate, *up, *down;
+};
+
+struct LmStack {
+    LmHParams hp;
+    std::vector<LmLayer> layers;
+    ggml_tensor *norm = nullptr;
+};
+
+// K and V of every layer: [kv_dim, n_ctx] f32 each, in one backend buffer.
+struct KvCache {
+    GgmlContextPtr ctx;
+    BufferPtr buffer;
+    std::vector<ggml_tensor *> k, v;
+    int64_t n_ctx = 0;
+
+    KvCache(const LmHParams &hp, int64_t n_ctx, ggml_backend_t backend);
+};
+
+// A built and allocated graph of one stack: n tokens in, last position out.
+class LmGraph {
+  public:
+    // in_dim: width of the input embeddings; `in_proj` (w [in_dim, hidden] and bias) maps
+    // them to the stack's width when set. With `heads` ([hidden, vocab, n]) the output
+    // head is chosen per evaluation (set_head); else `head` ([hidden, vocab]) is used.
+    LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t in_dim,
+            ggml_tensor *in_proj_w, ggml_tensor *in_proj_b, ggml_tensor *head,
+            ggml_tensor *heads, ggml_backend_t backend);
+
+    // Feeds embeddings [n_tokens, in_dim] at positions [pos0, pos0 + n) (cache slots = positions)
+    // and evaluates. After it, logits() and hidden() hold the last position's outputs.
+    void eval(const float *embeds, int64_t pos0, int32_t head_index = 0);
+    const std::vector<float> &logits() const { return logits_; }
+    const std::vector<float> &hidden() const { return hidden_; }
+
+  private:
+    ggml_backend_t backend_;
+    int64_t n_tokens_, n_ctx_, in_dim_;
+    std::vector<uint8_t> mem_;
+    GgmlContextPtr ctx_;
+    ggml_cgraph *gf_ = nullptr;
+    GallocrPtr allocr_;
+    ggml_tensor *embeds_, *positions_, *slots_, *mask_, *head_id_ = nullptr;
+    ggml_tensor *out_hidden_, *out_logits_;
+    std::vector<float> logits_, hidden_, mask_data_;
+};
+
+// Rows `ids` of an embedding table (any ggml type) as f32, appended to `out`.
+void embedding_rows(const ggml_tensor *table, const std::vector<int32_t> &ids, std::vector<float> &out);
+// out[i] += row(table, id)[i]
+void add_embedding_row(const ggml_tensor *table, int64_t id, float *out);
+
+}  // namespace kazeia

@@ -1,0 +1,140 @@
+// Talker: loading the talker GGUF and its text path. The LM stack itself is lm_graph.cpp.
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+#include "kazeia/error.h"
+#include "talker_model.h"
+
+namespace kazeia {
+
+namespace {
+void read_meta(const GgufWeights &w, TalkerHParams &hp) {
+    for (const TalkerMetaKey &k : talker_meta_keys()) {
+        const char *key = k.key.c_str();
+        switch (k.type) {
+        case TalkerMetaType::U32:
+            (k.lm ? (hp.*(k.lm)).*(k.lm_u32) : hp.*(k.u32)) = w.get_u32(key);
+            break;
+        case TalkerMetaType::F32:
+            (k.lm ? (hp.*(k.lm)).*(k.lm_f32) : hp.*(k.f32)) = w.get_f32(key);
+            break;
+        case TalkerMetaType::STR_U32_MAP:
+            hp.*(k.names) = w.get_str_array((k.key + ".names").c_str());
+            hp.*(k.u32_values) = w.get_u32_array((k.key + ".values").c_str());
+            break;
+        case TalkerMetaType::STR_STR_MAP: {
+            // Stored in the order of the name list it shares (speakers).
+            const auto names = w.get_str_array((k.key + ".names").c_str());
+            if (names != hp.*(k.names))
+                throw ModelError(w.path() + ": '" + k.key + ".names' differs from its companion list");
+            hp.*(k.str_values) = w.get_str_array((k.key + ".values").c_str());
+            break;
+        }
+        }
+    }
+}
+
+void check(const GgufWeights &w, const TalkerHParams &hp) {
+    auto fail = [&](const std::string &what) {
+        throw ModelError(w.path() + ": invalid talker hyper-parameters: " + what);
+    };
+    for (const LmHParams *lm : {&hp.talker, &hp.predictor}) {
+        if (!lm->num_heads || !lm->num_kv_heads || lm->num_heads % lm->num_kv_heads || !lm->head_dim)
+            fail("attention heads");
+        if (!lm->hidden_size || !lm->num_layers || !lm->vocab_size) fail("sizes");
+    }
+    if (hp.num_code_groups != 16) fail("num_code_groups must be 16");
+    if (hp.speaker_ids.size() != hp.speaker_names.size() ||
+        hp.speaker_dialects.size() != hp.speaker_names.size() ||
+        hp.language_ids.size() != hp.language_names.size())
+        fail("speaker or language tables");
+    for (uint32_t id : hp.speaker_ids)
+        if (id >= hp.talker.vocab_size) fail("speaker id outside the codec vocabulary");
+    for (uint32_t id : hp.language_ids)
+        if (id >= hp.talker.vocab_size) fail("language id outside the codec vocabulary");
+    for (uint32_t id : {hp.codec_pad_id, hp.codec_bos_id, hp.codec_eos_id, hp.codec_think_id,
+                        hp.codec_nothink_id, hp.codec_think_bos_id, hp.codec_think_eos_id})
+        if (id >= hp.talker.vocab_size) fail("codec special id outside the vocabulary");
+    for (uint32_t id : {hp.tts_pad_id, hp.tts_bos_id, hp.tts_eos_id, hp.im_start_id, hp.im_end_id,
+                        hp.assistant_id})
+        if (id >= hp.text_vocab_size) fail("text special id outside the text vocabulary");
+}
+
+LmStack bind_stack(const GgufWeights &w, const char *prefix, const LmHParams &hp, const char *norm) {
+    LmStack s;
+    s.hp = hp;
+    for (int il = 0; il < (int)hp.num_layers; ++il) {
+        auto t = [&](const char *part) { return w.tensor(tlk_name::layer(prefix, il, part)); };
+        s.layers.push_back(LmLayer{t("attn_norm.weight"), t("attn_q.weight"), t("attn_k.weight"),
+                                   t("attn_v.weight"), t("attn_o.weight"), t("attn_q_norm.weight"),
+                                   t("attn_k_norm.weight"), t("ffn_norm.weight"), t("ffn_gate.weight"),
+                                   t("ffn_up.weight"), t("ffn_down.weight")});
+    }
+    s.norm = w.tensor(norm);
+    return s;
+}
+}  // namespace
+
+Generator::Model::Model(const std::string &path, int threads)
+    : weights(path, TALKER_ARCH, GgufWeights::Mapped{}), n_threads(threads) {
+    const uint32_t version = weights.get_u32(TALKER_KEY_FORMAT_VERSION);
+    if (version != TALKER_FORMAT_VERSION)
+        throw ModelError(path + " has talker format version " + std::to_string(version) +
+                         ", this build reads version " + std::to_string(TALKER_FORMAT_VERSION) +
+                         ": re-run the converter");
+    read_meta(weights, hp);
+    check(weights, hp);
+    const auto specs = talker_tensor_specs(hp);
+    for (const TalkerTensorSpec &s : specs) weights.check_shape(s.name, s.ne);
+    if (weights.n_tensors() != (int64_t)specs.size()) {
+        for (int64_t i = 0; i < weights.n_tensors(); ++i) {
+            const std::string name = weights.tensor_name(i);
+            if (std::none_of(specs.begin(), specs.end(),
+                             [&](const TalkerTensorSpec &s) { return s.name == name; }))
+                throw ModelError(path + " has an unexpected tensor '" + name + "'");
+        }
+    }
+    talker = bind_stack(weights, "tlk", hp.talker, tlk_name::NORM);
+    predictor = bind_stack(weights, "cp", hp.predictor, tlk_name::CP_NORM);
+    codec_embd = weights.tensor(tlk_name::TOK_EMBD);
+    text_embd = weights.tensor(tlk_name::TEXT_EMBD);
+    text_fc1_w = weights.tensor(std::string(tlk_name::TEXT_FC1) + ".weight");
+    text_fc1_b = weights.tensor(std::string(tlk_name::TEXT_FC1) + ".bias");
+    text_fc2_w = weights.tensor(std::string(tlk_name::TEXT_FC2) + ".weight");
+    text_fc2_b = weights.tensor(std::string(tlk_name::TEXT_FC2) + ".bias");
+    head = weights.tensor(tlk_name::HEAD);
+    if (hp.has_mtp_projection()) {
+        cp_proj_w = weights.tensor(std::string(tlk_name::CP_PROJ) + ".weight");
+        cp_proj_b = weights.tensor(std::string(tlk_name::CP_PROJ) + ".bias");
+    }
+    cp_embd = weights.tensor(tlk_name::CP_EMBD);
+    cp_heads = weights.tensor(tlk_name::CP_HEADS);
+}
+
+std::vector<float> Generator::Model::text_projection(const std::vector<int32_t> &ids,
+                                                     ggml_backend_t backend) const {
+    const int64_t n = (int64_t)ids.size();
+    std::vector<uint8_t> mem(ggml_tensor_overhead() * 32 + ggml_graph_overhead());
+    ggml_init_params params = {mem.size(), mem.data(), true};
+    GgmlContextPtr ctx(ggml_init(params));
+    ggml_cgraph *gf = ggml_new_graph(ctx.get());
+    ggml_tensor *in = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);
+    ggml_set_input(in);
+    ggml_tensor *x = ggml_get_rows(ctx.get(), text_embd, in);
+    x = ggml_silu(ctx.get(), ggml_add(ctx.get(), ggml_mul_mat(ctx.get(), text_fc1_w, x), text_fc1_b));
+    x = ggml_add(ctx.get(), ggml_mul_mat(ctx.get(), text_fc2_w, x), text_fc2_b);
+    ggml_set_output(x);
+    ggml_build_forward_expand(gf, x);
+    GallocrPtr allocr(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
+    if (!ggml_gallocr_alloc_graph(allocr.get(), gf))
+        throw std::runtime_error("out of memory in the text projection");
+    ggml_backend_tensor_set(in, ids.data(), 0, n * sizeof(int32_t));
+    if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS)
+        throw std::runtime_error("text projection failed");
+    std::vector<float> out(ggml_nelements(x));
+    ggml_backend_tensor_get(x, out.data(), 0, out.size() * sizeof(float));
+    return out;
+}
+
+}  // namespace kazeia
