@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wyoming_kazeia.convert import convert_decoder
+from wyoming_kazeia.convert import convert_decoder, convert_talker
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "reference"
@@ -31,4 +31,14 @@ def decoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for model in REFERENCE_MODELS:
         path = tmp_path_factory.mktemp(model) / "decoder.gguf"
         out[model] = convert_decoder(REFERENCE / model / "model", path, "f32")
+    return out
+
+
+@pytest.fixture(scope="session")
+def talker_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """talker.gguf (f32) of each reference model."""
+    out = {}
+    for model in REFERENCE_MODELS:
+        path = tmp_path_factory.mktemp(model) / "talker.gguf"
+        out[model] = convert_talker(REFERENCE / model / "model", path, "f32")
     return out

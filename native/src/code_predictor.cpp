@@ -4,13 +4,14 @@
 
 namespace kazeia {
 
-CodePredictor::CodePredictor(const Generator::Model &model, ggml_backend_t backend)
+CodePredictor::CodePredictor(const Generator::Model &model, ggml_backend_t backend,
+                             WorkerPool *pool)
     : m_(model),
       cache_(model.hp.predictor, model.hp.num_code_groups, backend),
       prefill_(model.predictor, cache_, 2, model.hp.talker.hidden_size, model.cp_proj_w,
-               model.cp_proj_b, nullptr, model.cp_heads, backend),
+               model.cp_proj_b, nullptr, model.cp_heads, backend, pool),
       step_(model.predictor, cache_, 1, model.hp.talker.hidden_size, model.cp_proj_w,
-            model.cp_proj_b, nullptr, model.cp_heads, backend) {}
+            model.cp_proj_b, nullptr, model.cp_heads, backend, pool) {}
 
 void CodePredictor::predict(const float *talker_hidden, Frame &frame, const SamplingParams &params,
                             Rng &rng, std::vector<float> *trace) {

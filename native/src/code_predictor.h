@@ -12,7 +12,7 @@ class CodePredictor {
   public:
     // Builds and allocates its two graphs once: the 2-token prefill and the 1-token step that
     // serves all 14 later sub-steps (position, cache slot, mask and head are inputs).
-    CodePredictor(const Generator::Model &model, ggml_backend_t backend);
+    CodePredictor(const Generator::Model &model, ggml_backend_t backend, WorkerPool *pool);
 
     // Fills frame[1..15]; frame[0] holds code 0. `trace`, when set, receives the raw logits of
     // the 15 heads [15, vocab].

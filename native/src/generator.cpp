@@ -91,8 +91,8 @@ struct GenerationSession::State {
     const Generator::Model &m;
     GenerationOptions opt;
     GenerationTrace *trace;
+    WorkerPool pool;  // the weight matmuls; the graphs themselves run on this thread
     BackendPtr backend;
-    ThreadpoolPtr threadpool;
     std::vector<int32_t> ids;
     Rng rng;
     SamplingParams talker_params, cp_params;
@@ -112,7 +112,7 @@ struct GenerationSession::State {
 
     State(const Generator::Model &model, const std::vector<int32_t> &input_ids,
           const GenerationOptions &o, GenerationTrace *t)
-        : m(model), opt(o), trace(t), ids(input_ids),
+        : m(model), opt(o), trace(t), pool(model.n_threads), ids(input_ids),
           rng(o.seed ? *o.seed : ((uint64_t)std::random_device{}() << 32 | std::random_device{}())) {
         const TalkerHParams &hp = m.hp;
         check_ids(hp, ids);
@@ -132,10 +132,7 @@ struct GenerationSession::State {
 
         backend.reset(ggml_backend_cpu_init());
         if (!backend) throw std::runtime_error("cannot initialize the ggml CPU backend");
-        ggml_threadpool_params tp = ggml_threadpool_params_default(m.n_threads);
-        threadpool.reset(ggml_threadpool_new(&tp));
-        ggml_backend_cpu_set_n_threads(backend.get(), m.n_threads);
-        ggml_backend_cpu_set_threadpool(backend.get(), threadpool.get());
+        ggml_backend_cpu_set_n_threads(backend.get(), 1);
 
         assemble_prompt(codec);
         prompt_len = (int64_t)(prefill.size() / hp.talker.hidden_size);
@@ -143,10 +140,10 @@ struct GenerationSession::State {
         n_ctx = prompt_len + o.max_frames + 1;
         cache = std::make_unique<KvCache>(hp.talker, n_ctx, backend.get());
         prefill_graph = std::make_unique<LmGraph>(m.talker, *cache, prompt_len, hp.talker.hidden_size,
-                                                  nullptr, nullptr, m.head, nullptr, backend.get());
+                                                  nullptr, nullptr, m.head, nullptr, backend.get(), &pool);
         step_graph = std::make_unique<LmGraph>(m.talker, *cache, 1, hp.talker.hidden_size, nullptr,
-                                               nullptr, m.head, nullptr, backend.get());
-        predictor = std::make_unique<CodePredictor>(m, backend.get());
+                                               nullptr, m.head, nullptr, backend.get(), &pool);
+        predictor = std::make_unique<CodePredictor>(m, backend.get(), &pool);
         if (trace) {
             trace->hidden = hp.talker.hidden_size;
             trace->prefill_embeds = prefill;
@@ -165,7 +162,7 @@ struct GenerationSession::State {
         std::vector<int32_t> body(ids.begin() + 3, ids.end() - 5); // the text itself
         text.insert(text.end(), body.begin(), body.end());
         text.insert(text.end(), {pad, bos, eos});
-        const std::vector<float> proj = m.text_projection(text, backend.get());
+        const std::vector<float> proj = m.text_projection(text, backend.get(), &pool);
         auto row = [&](size_t i) { return proj.data() + i * d; };
         const size_t i_body = 3, i_pad = 3 + body.size(), i_bos = i_pad + 1, i_eos = i_pad + 2;
         pad_row.assign(row(i_pad), row(i_pad) + d);

@@ -1,5 +1,7 @@
 #include "lm_graph.h"
 
+#include "ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -47,7 +49,7 @@ KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend) : 
 
 LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t in_dim,
                  ggml_tensor *in_proj_w, ggml_tensor *in_proj_b, ggml_tensor *head,
-                 ggml_tensor *heads, ggml_backend_t backend)
+                 ggml_tensor *heads, ggml_backend_t backend, WorkerPool *pool)
     : backend_(backend), n_tokens_(n_tokens), n_ctx_(cache.n_ctx), in_dim_(in_dim) {
     const LmHParams &hp = stack.hp;
     mem_.resize(ggml_tensor_overhead() * GRAPH_SIZE + ggml_graph_overhead_custom(GRAPH_SIZE, false));
@@ -63,8 +65,9 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
     mask_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_ctx_, n);
     for (ggml_tensor *t : {embeds_, positions_, slots_, mask_}) ggml_set_input(t);
 
+    auto mm = [&](ggml_tensor *w, ggml_tensor *t) { return pool_mul_mat(ctx, w, t, pool); };
     ggml_tensor *x = embeds_;
-    if (in_proj_w) x = ggml_add(ctx, ggml_mul_mat(ctx, in_proj_w, x), in_proj_b);
+    if (in_proj_w) x = ggml_add(ctx, mm(in_proj_w, x), in_proj_b);
     const float scale = 1.0f / std::sqrt((float)hd);
     auto norm = [&](ggml_tensor *t, ggml_tensor *w) {
         return ggml_mul(ctx, ggml_rms_norm(ctx, t, hp.rms_norm_eps), w);
@@ -75,14 +78,14 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
         // Qwen3: per-head RMSNorm of q and k before RoPE (NeoX rotate-half: the config's
         // M-RoPE has three equal position rows for TTS, which is exactly this).
         auto qk = [&](ggml_tensor *w, ggml_tensor *nw, int64_t heads_) {
-            ggml_tensor *t = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w, a), hd, heads_, n);
+            ggml_tensor *t = ggml_reshape_3d(ctx, mm(w, a), hd, heads_, n);
             t = norm(t, nw);
             return ggml_rope_ext(ctx, t, positions_, nullptr, (int)hd, GGML_ROPE_TYPE_NEOX, 0,
                                  hp.rope_theta, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
         };
         ggml_tensor *q = qk(L.q, L.q_norm, nh);
         ggml_tensor *k = qk(L.k, L.k_norm, nkv);
-        ggml_tensor *v = ggml_mul_mat(ctx, L.v, a);
+        ggml_tensor *v = mm(L.v, a);
         ggml_tensor *k_all = ggml_set_rows(ctx, cache.k[il], ggml_reshape_2d(ctx, k, hd * nkv, n), slots_);
         ggml_tensor *v_all = ggml_set_rows(ctx, cache.v[il], v, slots_);
 
@@ -92,20 +95,20 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
         ggml_tensor *V = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v_all, hd, nkv, n_ctx_), 1, 2, 0, 3));
         ggml_tensor *o = ggml_mul_mat(ctx, V, kq);  // [hd, n, heads]
         o = ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), hd * nh, n);
-        x = ggml_add(ctx, x, ggml_mul_mat(ctx, L.o, o));
+        x = ggml_add(ctx, x, mm(L.o, o));
 
         ggml_tensor *f = norm(x, L.ffn_norm);
-        f = ggml_mul(ctx, ggml_silu(ctx, ggml_mul_mat(ctx, L.gate, f)), ggml_mul_mat(ctx, L.up, f));
-        x = ggml_add(ctx, x, ggml_mul_mat(ctx, L.down, f));
+        f = ggml_mul(ctx, ggml_silu(ctx, mm(L.gate, f)), mm(L.up, f));
+        x = ggml_add(ctx, x, mm(L.down, f));
     }
     ggml_tensor *last = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);
     out_hidden_ = norm(ggml_cont(ctx, last), stack.norm);
     if (heads) {
-        head_id_ = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, 1);
+        head_id_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1);
         ggml_set_input(head_id_);
-        out_logits_ = ggml_mul_mat_id(ctx, heads, ggml_reshape_3d(ctx, out_hidden_, out_hidden_->ne[0], 1, 1), head_id_);
+        out_logits_ = pool_mul_mat(ctx, heads, out_hidden_, pool, head_id_);
     } else {
-        out_logits_ = ggml_mul_mat(ctx, head, out_hidden_);
+        out_logits_ = mm(head, out_hidden_);
     }
     ggml_set_output(out_hidden_);
     ggml_set_output(out_logits_);

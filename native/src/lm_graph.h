@@ -10,6 +10,7 @@
 
 #include "ggml_raii.h"
 #include "kazeia/talker_arch.h"
+#include "worker_pool.h"
 
 namespace kazeia {
 
@@ -39,9 +40,10 @@ class LmGraph {
     // in_dim: width of the input embeddings; `in_proj` (w [in_dim, hidden] and bias) maps
     // them to the stack's width when set. With `heads` ([hidden, vocab, n]) the output
     // head is chosen per evaluation (set_head); else `head` ([hidden, vocab]) is used.
+    // The weight matmuls run in `pool`; the rest of the graph on the backend's one thread.
     LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t in_dim,
             ggml_tensor *in_proj_w, ggml_tensor *in_proj_b, ggml_tensor *head,
-            ggml_tensor *heads, ggml_backend_t backend);
+            ggml_tensor *heads, ggml_backend_t backend, WorkerPool *pool);
 
     // Feeds embeddings [n_tokens, in_dim] at positions [pos0, pos0 + n) (cache slots = positions)
     // and evaluates. After it, logits() and hidden() hold the last position's outputs.

@@ -230,3 +230,61 @@ ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, g
 }
 
 }  // namespace kazeia
+
+#include "ggml-cpu.h"
+
+namespace kazeia {
+
+namespace {
+
+constexpr int64_t MUL_MAT_TASK_ROWS = 32;
+
+void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata) {
+    if (ith != 0) return;
+    auto *pool = static_cast<WorkerPool *>(userdata);
+    const ggml_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
+    const int64_t K = w->ne[0], M = w->ne[1], n = x->ne[1];
+    const char *wd = static_cast<const char *>(w->data);
+    if (ids) wd += (size_t)*static_cast<const int32_t *>(ids->data) * w->nb[2];
+    const ggml_type_traits_cpu *traits = ggml_get_type_traits_cpu(w->type);
+    const ggml_type dot_type = traits->vec_dot_type;
+
+    // Activations in the weight's dot type (q8_0 for q8_0, q8_K for q4_k, ...), once.
+    thread_local std::vector<uint8_t> converted;
+    const size_t row_size = ggml_row_size(dot_type, K);
+    const char *xd;
+    if (dot_type == GGML_TYPE_F32 && x->nb[1] == K * sizeof(float)) {
+        xd = static_cast<const char *>(x->data);
+    } else {
+        converted.resize(row_size * n);
+        const ggml_from_float_t from_float = ggml_get_type_traits_cpu(dot_type)->from_float;
+        for (int64_t j = 0; j < n; ++j) {
+            const float *col = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + j * x->nb[1]);
+            if (dot_type == GGML_TYPE_F32) std::memcpy(converted.data() + j * row_size, col, K * sizeof(float));
+            else from_float(col, converted.data() + j * row_size, K);
+        }
+        xd = reinterpret_cast<const char *>(converted.data());
+    }
+    auto *yd = static_cast<float *>(dst->data);
+    const int64_t n_tasks = (M + MUL_MAT_TASK_ROWS - 1) / MUL_MAT_TASK_ROWS;
+    pool->run(n_tasks, [&](int64_t t) {
+        const int64_t m0 = t * MUL_MAT_TASK_ROWS, m1 = std::min(M, m0 + MUL_MAT_TASK_ROWS);
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t m = m0; m < m1; ++m)
+                traits->vec_dot((int)K, yd + j * M + m, 0, wd + m * w->nb[1], 0, xd + j * row_size, 0, 1);
+    });
+}
+
+}  // namespace
+
+ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
+                          ggml_tensor *ids) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->ne[0] == w->ne[0] && x->nb[0] == sizeof(float));
+    GGML_ASSERT(ggml_is_contiguous(w) && x->ne[2] == 1 && x->ne[3] == 1);
+    GGML_ASSERT(ids ? (ids->type == GGML_TYPE_I32 && w->ne[3] == 1) : w->ne[2] == 1);
+    ggml_tensor *args[3] = {w, x, ids};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, ids ? 3 : 2,
+                          pool_mul_mat_kernel, 1, pool);
+}
+
+}  // namespace kazeia

@@ -43,3 +43,14 @@ ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, g
                        ggml_tensor *residual, const ConvGemmParams *params);
 
 }  // namespace kazeia
+
+namespace kazeia {
+
+// y = W x for a weight of any ggml type (f32, f16, q8_0, q4_k, ...) and f32 activations
+// x [K, n] -> y [M, n], computed by `pool` with ggml's own dot-product kernels (activations
+// converted once to the weight's dot type). With `ids` (I32 [1]), W is [K, M, n_mat] and the
+// matrix ids[0] is used: the code predictor picks its head per sub-step in one static graph.
+ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
+                          ggml_tensor *ids = nullptr);
+
+}  // namespace kazeia

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "kazeia/error.h"
+#include "ops.h"
 #include "talker_model.h"
 
 namespace kazeia {
@@ -113,7 +114,8 @@ Generator::Model::Model(const std::string &path, int threads)
 }
 
 std::vector<float> Generator::Model::text_projection(const std::vector<int32_t> &ids,
-                                                     ggml_backend_t backend) const {
+                                                     ggml_backend_t backend,
+                                                     WorkerPool *pool) const {
     const int64_t n = (int64_t)ids.size();
     std::vector<uint8_t> mem(ggml_tensor_overhead() * 32 + ggml_graph_overhead());
     ggml_init_params params = {mem.size(), mem.data(), true};
@@ -122,8 +124,8 @@ std::vector<float> Generator::Model::text_projection(const std::vector<int32_t> 
     ggml_tensor *in = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I32, n);
     ggml_set_input(in);
     ggml_tensor *x = ggml_get_rows(ctx.get(), text_embd, in);
-    x = ggml_silu(ctx.get(), ggml_add(ctx.get(), ggml_mul_mat(ctx.get(), text_fc1_w, x), text_fc1_b));
-    x = ggml_add(ctx.get(), ggml_mul_mat(ctx.get(), text_fc2_w, x), text_fc2_b);
+    x = ggml_silu(ctx.get(), ggml_add(ctx.get(), pool_mul_mat(ctx.get(), text_fc1_w, x, pool), text_fc1_b));
+    x = ggml_add(ctx.get(), pool_mul_mat(ctx.get(), text_fc2_w, x, pool), text_fc2_b);
     ggml_set_output(x);
     ggml_build_forward_expand(gf, x);
     GallocrPtr allocr(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));

@@ -22,7 +22,8 @@ struct Generator::Model {
     Model(const std::string &path, int threads);
 
     // Text path P(x) = fc2(silu(fc1(text_embd[x]))) of each id: [ids.size(), hidden].
-    std::vector<float> text_projection(const std::vector<int32_t> &ids, ggml_backend_t backend) const;
+    std::vector<float> text_projection(const std::vector<int32_t> &ids, ggml_backend_t backend,
+                                       WorkerPool *pool) const;
 };
 
 }  // namespace kazeia

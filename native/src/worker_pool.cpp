@@ -1,16 +1,28 @@
 #include "worker_pool.h"
 
 #include <atomic>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define KAZEIA_CPU_RELAX() _mm_pause()
+#else
+#define KAZEIA_CPU_RELAX() std::this_thread::yield()
+#endif
 
 namespace kazeia {
+
+namespace {
+// How long an idle worker keeps polling for the next job before it sleeps: graph nodes come
+// every few microseconds while a model runs, syntheses seconds apart.
+constexpr auto SPIN_BEFORE_SLEEP = std::chrono::microseconds(500);
+}  // namespace
 
 struct WorkerPool::Job {
     const std::function<void(int64_t)> *task;
     int64_t n_tasks;
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
-    std::mutex mutex;
-    std::condition_variable finished;
 };
 
 WorkerPool::WorkerPool(int n_threads) {
@@ -33,22 +45,28 @@ void WorkerPool::work(Job &job) {
         // may already be gone: the job's counters outlive it through the shared_ptr.
         if (i >= job.n_tasks) return;
         (*job.task)(i);
-        if (job.done.fetch_add(1) + 1 == job.n_tasks) {
-            std::lock_guard<std::mutex> lock(job.mutex);
-            job.finished.notify_all();
-        }
+        job.done.fetch_add(1, std::memory_order_release);
     }
 }
 
 void WorkerPool::worker_loop() {
     uint64_t seen = 0;
     for (;;) {
+        const auto spin_until = std::chrono::steady_clock::now() + SPIN_BEFORE_SLEEP;
+        for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
+            KAZEIA_CPU_RELAX();
+            if ((i & 255) == 0 && std::chrono::steady_clock::now() > spin_until) break;
+        }
         std::shared_ptr<Job> job;
         {
             std::unique_lock<std::mutex> lock(mutex_);
-            wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+            if (!stop_ && generation_.load() == seen) {
+                ++sleepers_;
+                wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+                --sleepers_;
+            }
             if (stop_) return;
-            seen = generation_;
+            seen = generation_.load();
             job = job_;
         }
         // A worker that wakes after the job finished still finds it here (it is kept until
@@ -66,16 +84,20 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
     auto job = std::make_shared<Job>();
     job->task = &task;
     job->n_tasks = n_tasks;
+    bool wake;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         job_ = job;
-        ++generation_;
+        generation_.fetch_add(1, std::memory_order_release);
+        wake = sleepers_ > 0;
     }
-    wake_.notify_all();
+    if (wake) wake_.notify_all();
+    // The caller works too: if every worker is asleep or preempted it does all the tasks
+    // itself, and it only ever waits for tasks another thread has already started.
     work(*job);
-    if (job->done.load() != n_tasks) {
-        std::unique_lock<std::mutex> lock(job->mutex);
-        job->finished.wait(lock, [&] { return job->done.load() == n_tasks; });
+    for (int i = 0; job->done.load(std::memory_order_acquire) != n_tasks; ++i) {
+        if (i < 4096) KAZEIA_CPU_RELAX();
+        else std::this_thread::yield();
     }
 }
 

@@ -5,9 +5,10 @@
 // >10x slower with 2 threads beside a 2-thread load). The decoder therefore runs its ggml
 // graph on one thread and parallelizes its heavy custom ops here instead: tasks are taken
 // from a shared counter (a late or preempted thread just takes fewer), and idle threads
-// sleep on a condition variable instead of spinning.
+// poll only briefly before sleeping on a condition variable.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -40,8 +41,9 @@ class WorkerPool {
     std::vector<std::thread> workers_;
     std::mutex mutex_;
     std::condition_variable wake_;
-    std::shared_ptr<Job> job_;  // current job, guarded by mutex_
-    uint64_t generation_ = 0;
+    std::shared_ptr<Job> job_;             // current job, guarded by mutex_
+    std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job
+    int sleepers_ = 0;                     // workers waiting on wake_, guarded by mutex_
     bool stop_ = false;
 };
 

@@ -1,0 +1,194 @@
+"""Generator API: sampling, determinism, streaming frames, cancellation and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ref_array
+
+from wyoming_kazeia import _native
+from wyoming_kazeia.native import Generator, ModelError
+
+IDS = ref_array("tiny-0.6b", "input_ids")
+
+
+@pytest.fixture(scope="module")
+def gen(talker_gguf: dict[str, Path]) -> Generator:
+    return Generator(str(talker_gguf["tiny-0.6b"]), threads=2)
+
+
+def test_same_seed_same_codes_any_thread_count(talker_gguf: dict[str, Path]) -> None:
+    runs = []
+    for threads in (1, 2, 3):
+        g = Generator(str(talker_gguf["tiny-0.6b"]), threads=threads)
+        runs.append(g.generate(IDS, "vivian", "english", seed=1234, max_frames=30))
+    assert runs[0].shape[1] == 16
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
+
+
+def test_seeds_differ(gen: Generator) -> None:
+    a = gen.generate(IDS, "vivian", seed=1, max_frames=20)
+    b = gen.generate(IDS, "vivian", seed=2, max_frames=20)
+    assert not np.array_equal(a, b)
+    assert np.array_equal(a, gen.generate(IDS, "vivian", seed=1, max_frames=20))
+
+
+def test_codes_in_range_and_no_early_eos(gen: Generator) -> None:
+    hp = gen.hparams
+    for seed in range(5):
+        codes = gen.generate(IDS, "serena", "german", seed=seed, max_frames=25)
+        assert 2 <= len(codes) <= 25  # eos is blocked for the first 2 frames
+        assert (codes >= 0).all() and (codes[:, 1:] < 2048).all()
+        # code 0 never takes a suppressed control token (2048..3071 except eos)
+        assert (codes[:, 0] < hp["kazeia.talker.vocab_size"] - 1024).all()
+
+
+def test_frames_stream_and_cancel(gen: Generator) -> None:
+    it = gen.frames(IDS, "vivian", seed=5, max_frames=40)
+    first = [next(it) for _ in range(3)]
+    assert all(f.shape == (16,) and f.dtype == np.int32 for f in first)
+    assert it.stats["frames"] == 3
+    it.close()  # frees the session now
+    with pytest.raises(StopIteration):
+        next(it)
+    full = gen.generate(IDS, "vivian", seed=5, max_frames=40)
+    assert np.array_equal(np.stack(first), full[:3])
+
+
+def test_sampling_options_change_output(gen: Generator) -> None:
+    base = gen.generate(IDS, "vivian", seed=3, max_frames=15)
+    greedy = gen.generate(IDS, "vivian", greedy=True, max_frames=15)
+    assert np.array_equal(greedy, gen.generate(IDS, "vivian", greedy=True, seed=99, max_frames=15))
+    top1 = gen.generate(IDS, "vivian", seed=3, top_k=1, max_frames=15, repetition_penalty=1.0)
+    assert np.array_equal(
+        top1, gen.generate(IDS, "vivian", greedy=True, max_frames=15, repetition_penalty=1.0)
+    )
+    assert not np.array_equal(base, top1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"speaker": "nobody"}, "unknown speaker 'nobody'; valid speakers: aiden, dylan, eric"),
+        (
+            {"language": "klingon"},
+            "unknown language 'klingon'; valid languages: auto, beijing_dialect",
+        ),
+        ({"max_frames": 0}, "max_frames must be >= 1"),
+        ({"temperature": 0.0}, "temperature must be > 0"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"top_k": -1}, "top_k must be >= 0"),
+        ({"repetition_penalty": -1.0}, "repetition_penalty must be > 0"),
+    ],
+)
+def test_bad_options(gen: Generator, kwargs: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {"speaker": "vivian", "max_frames": 5, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        gen.generate(IDS, **args)  # type: ignore[arg-type]
+
+
+def test_speaker_and_language_are_case_insensitive(gen: Generator) -> None:
+    a = gen.generate(IDS, "Vivian", "English", greedy=True, max_frames=5)
+    assert np.array_equal(a, gen.generate(IDS, "vivian", "english", greedy=True, max_frames=5))
+    assert sorted(gen.speakers) == gen.speakers and "vivian" in gen.speakers
+    assert "english" in gen.languages
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (IDS[:8], "at least one text token"),
+        (np.concatenate([[5], IDS[1:]]), "role tokens not found"),
+        (np.where(np.arange(len(IDS)) == 4, 10**6, IDS), "outside 0..151935"),
+        (IDS.astype(np.float32), "1-D sequence of integers"),
+        (IDS.reshape(1, -1), "1-D sequence of integers"),
+    ],
+)
+def test_bad_input_ids(gen: Generator, ids: np.ndarray, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        gen.generate(ids, "vivian", max_frames=3)
+
+
+def test_decoder_gguf_is_not_a_talker(decoder_gguf: dict[str, Path]) -> None:
+    with pytest.raises(ModelError, match="'kazeia-decoder' GGUF, expected 'kazeia-talker'"):
+        Generator(str(decoder_gguf["tiny-0.6b"]))
+
+
+def test_truncated_talker(tmp_path: Path, talker_gguf: dict[str, Path]) -> None:
+    path = tmp_path / "t.gguf"
+    path.write_bytes(talker_gguf["tiny-0.6b"].read_bytes()[:-100])
+    with pytest.raises(ModelError, match="truncated"):
+        Generator(str(path))
+
+
+# --------------------------------------------------------------------------- processors
+
+
+def draws(logits: np.ndarray, n: int = 2000, **kw: object) -> np.ndarray:
+    args: dict[str, object] = {
+        "history": [],
+        "repetition_penalty": 1.0,
+        "suppress_begin": 0,
+        "suppress_end": 0,
+        "keep": -1,
+        "greedy": False,
+        "temperature": 1.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "seed": 7,
+    }
+    args.update(kw)
+    return np.array(_native.select_token(logits.astype(np.float32), n=n, **args))  # type: ignore[arg-type]
+
+
+def test_suppressed_tokens_never_sampled() -> None:
+    logits = np.zeros(32)
+    logits[20:] = 5.0  # the suppressed range is the most likely one
+    picks = draws(logits, suppress_begin=16, suppress_end=32, keep=30)
+    assert set(picks) <= set(range(16)) | {30}
+    assert 30 in picks  # the kept id (eos) stays possible
+
+
+def test_top_k_respected() -> None:
+    logits = np.linspace(0.0, 1.0, 50)
+    picks = draws(logits, top_k=5)
+    assert set(picks) == set(range(45, 50))
+
+
+def test_top_k_keeps_ties() -> None:
+    logits = np.array([1.0, 3.0, 2.0, 2.0, 0.5])
+    assert set(draws(logits, top_k=2)) == {1, 2, 3}
+
+
+def test_top_p_respected() -> None:
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    assert set(draws(logits, top_p=0.7)) == {0, 1}
+    assert set(draws(logits, top_p=0.85)) == {0, 1, 2}
+    assert set(draws(logits, top_p=1e-6)) == {0}
+
+
+def test_distribution_follows_temperature() -> None:
+    logits = np.array([0.0, 1.0, 2.0])
+    for temperature in (0.5, 1.0, 2.0):
+        picks = draws(logits, n=20000, temperature=temperature)
+        expected = np.exp(logits / temperature)
+        expected /= expected.sum()
+        observed = np.bincount(picks, minlength=3) / len(picks)
+        assert np.abs(observed - expected).max() < 0.02, temperature
+
+
+def test_repetition_penalty() -> None:
+    logits = np.array([2.0, 1.9, -1.0, -1.1])
+    assert draws(logits, n=1, greedy=True)[0] == 0
+    # 2.0 / 1.2 < 1.9: the repeated token loses its lead
+    assert draws(logits, n=1, greedy=True, history=[0, 0], repetition_penalty=1.2)[0] == 1
+    # negative logits are multiplied: -1.0 * 1.2 < -1.1
+    assert draws(logits[2:], n=1, greedy=True, history=[0], repetition_penalty=1.2)[0] == 1
+
+
+def test_same_seed_same_draws() -> None:
+    logits = np.random.default_rng(0).normal(size=100)
+    assert np.array_equal(draws(logits, seed=11), draws(logits, seed=11))
+    assert not np.array_equal(draws(logits, seed=11), draws(logits, seed=12))
