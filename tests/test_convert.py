@@ -200,3 +200,77 @@ def test_cli_main(tmp_path: Path) -> None:
     assert main([str(TINY), str(tmp_path / "o")]) == 0
     assert (tmp_path / "o" / "decoder.gguf").is_file()
     assert main([str(tmp_path / "nowhere"), str(tmp_path / "o2")]) == 1
+
+
+# --------------------------------------------------------------------------- talker
+
+
+def test_talker_gguf_matches_native_tables(talker_gguf: dict[str, Path]) -> None:
+    from wyoming_kazeia.convert import talker_metadata
+    from wyoming_kazeia.native import Generator
+
+    for model, path in talker_gguf.items():
+        reader = gguf.GGUFReader(path)
+        assert reader.fields["general.architecture"].contents() == _native.talker_arch()["arch"]
+        metadata = talker_metadata(REFERENCE / model / "model")
+        for key, value, kind in metadata:
+            stored = reader.fields[key].contents()
+            if kind == "f32":
+                assert stored == pytest.approx(value, rel=1e-7), key
+            else:
+                assert stored == value, key
+        hparams = {k: v for k, v, kind in metadata if kind in ("u32", "f32")}
+        specs = _native.talker_tensor_specs(hparams)
+        assert [t.name for t in reader.tensors] == [s["name"] for s in specs]
+        for t, s in zip(reader.tensors, specs, strict=True):
+            assert list(t.shape) == s["ne"], s["name"]
+        # The loader reads back the config's values, tables included.
+        config = json.loads((REFERENCE / model / "model" / "config.json").read_text())
+        loaded = Generator(str(path), threads=1).hparams
+        assert loaded["kazeia.talker.hidden_size"] == config["talker_config"]["hidden_size"]
+        assert loaded["kazeia.speakers"] == config["talker_config"]["spk_id"]
+        assert loaded["kazeia.languages"] == config["talker_config"]["codec_language_id"]
+        dialects = {k: v or "" for k, v in config["talker_config"]["spk_is_dialect"].items()}
+        assert loaded["kazeia.speaker_dialects"] == dialects
+        assert loaded["kazeia.gen.top_k"] == 50
+        assert ("cp.in_proj.weight" in {t.name for t in reader.tensors}) == (model == "tiny-1.7b")
+
+
+def test_talker_quant_fallback_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Rows of 16 values (tiny widths) fit no quant block: f16, said in the log."""
+    import logging
+
+    from wyoming_kazeia.convert import convert_talker
+
+    caplog.set_level(logging.INFO)
+    out = convert_talker(TINY, tmp_path / "talker.gguf", "q8_0")
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(out).tensors}
+    assert types["tlk.blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.F16
+    assert types["tlk.blk.0.ffn_down.weight"] == gguf.GGMLQuantizationType.Q8_0  # rows of 64
+    assert types["tlk.blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
+    assert any("do not fit q8_0, stored as f16" in r.getMessage() for r in caplog.records)
+
+
+def test_convert_writes_all_parts(tmp_path: Path) -> None:
+    ckpt = _copy_checkpoint(tmp_path)
+    for name in ("vocab.json", "merges.txt"):
+        (ckpt / name).write_text("{}" if name.endswith("json") else "#version: 0.2\n")
+    written = {p.name for p in convert(ckpt, tmp_path / "out")}
+    assert written == {"decoder.gguf", "talker.gguf", "vocab.json", "merges.txt"}
+
+
+def test_talker_unknown_and_missing_tensors(tmp_path: Path) -> None:
+    ckpt = _copy_checkpoint(tmp_path)
+    path = ckpt / "model.safetensors"
+    tensors = load_file(str(path))
+    tensors["talker.extra.weight"] = np.zeros(2, np.float32)
+    save_file(tensors, str(path))
+    with pytest.raises(ConversionError, match="unknown tensor 'talker.extra.weight'"):
+        convert(ckpt, tmp_path / "out")
+    del tensors["talker.extra.weight"]
+    del tensors["talker.code_predictor.lm_head.7.weight"]
+    save_file(tensors, str(path))
+    with pytest.raises(
+        ConversionError, match="'talker.code_predictor.lm_head.7.weight' is missing"
+    ):
+        convert(ckpt, tmp_path / "out")

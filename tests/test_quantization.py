@@ -1,0 +1,151 @@
+"""Quantized talker weights (q8_0, q4_k) against f32 on a mid-size random checkpoint.
+
+The tiny references are too narrow for the quant block sizes (rows of 16 values fall back to
+f16), so this test builds a checkpoint whose rows fit them: widths 256, the real vocabularies.
+Reported: mean KL(f32 || quantized) of the next-token distributions and top-1 agreement, for
+the talker (first code of 8 prompts) and the code predictor (15 heads of the first frame).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REFERENCE
+from safetensors.numpy import save_file
+
+from wyoming_kazeia import _native
+from wyoming_kazeia.convert import convert_talker, talker_metadata
+from wyoming_kazeia.native import Generator
+
+WIDTH = 256
+
+
+def _mid_checkpoint(out: Path) -> Path:
+    out.mkdir(parents=True)
+    config = json.loads((REFERENCE / "tiny-0.6b" / "model" / "config.json").read_text())
+    tc = config["talker_config"]
+    tc.update(
+        hidden_size=WIDTH,
+        intermediate_size=2 * WIDTH,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        text_hidden_size=WIDTH,
+    )
+    tc["code_predictor_config"].update(
+        hidden_size=WIDTH,
+        intermediate_size=2 * WIDTH,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+    )
+    (out / "config.json").write_text(json.dumps(config))
+    shutil.copy(REFERENCE / "tiny-0.6b" / "model" / "generation_config.json", out)
+    hparams = {k: v for k, v, kind in talker_metadata(out) if kind in ("u32", "f32")}
+    rng = np.random.default_rng(0)
+    tensors: dict[str, np.ndarray] = {}
+    for spec in _native.talker_tensor_specs(hparams):
+        shape = tuple(reversed(spec["ne"]))
+        n = len(spec["sources"])
+        part = shape[1:] if spec["kind"] == "matrix" and n > 1 else (shape[0] // n, *shape[1:])
+        for source in spec["sources"]:
+            if spec["kind"] == "norm":
+                data = 1.0 + 0.1 * rng.standard_normal(part)
+            elif spec["kind"] == "bias":
+                data = 0.1 * rng.standard_normal(part)
+            elif spec["kind"] == "embedding":
+                data = rng.standard_normal(part)
+            else:  # unit-scale activations; heads a little peakier than that
+                gain = 3.0 if "head" in source else 1.0
+                data = gain * rng.standard_normal(part) / np.sqrt(part[-1])
+            tensors[source] = data.astype(np.float32)
+    save_file(tensors, str(out / "model.safetensors"))
+    return out
+
+
+@pytest.mark.parametrize(("qtype", "max_err"), [("q8_0", 0.01), ("q4_k", 0.1)])
+def test_weight_error(qtype: str, max_err: float) -> None:
+    """Relative RMS error of ggml's quantizers on Gaussian rows, via gguf-py's dequantizer."""
+    import gguf
+
+    x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+    raw = np.frombuffer(_native.quantize(x, qtype), np.uint8).reshape(64, -1)
+    kind = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K}
+    y = gguf.quants.dequantize(raw, kind[qtype])
+    err = float(np.sqrt(((y - x) ** 2).mean() / (x**2).mean()))
+    assert 0 < err < max_err
+
+
+def _kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        x = x - x.max(axis=-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+    lp, lq = log_softmax(p_logits.astype(np.float64)), log_softmax(q_logits.astype(np.float64))
+    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
+
+
+# Bounds. Random Gaussian weights have no structure for 4 bits to exploit: q4_k's weight error
+# is ~7% RMS (q8_0: ~0.5%, see test_weight_error), it compounds through the layers, and random
+# heads give flat logits whose top-2 gaps are small, so q4_k flips many argmaxes here. Real
+# checkpoints are more forgiving; these bounds catch a broken quantizer or kernel (which gives
+# KL >> 1 and chance-level agreement, ~1/2048).
+@pytest.mark.parametrize(
+    ("qtype", "max_kl", "min_top1"), [("q8_0", 5e-3, 0.95), ("q4_k", 0.3, 0.5)]
+)
+def test_quantized_logits_close_to_f32(
+    tmp_path_factory: pytest.TempPathFactory,
+    qtype: str,
+    max_kl: float,
+    min_top1: float,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    base = tmp_path_factory.getbasetemp() / "mid"
+    if not (base / "talker-f32.gguf").exists():
+        ckpt = _mid_checkpoint(base / "ckpt")
+        convert_talker(ckpt, base / "talker-f32.gguf", "f32")
+    ckpt = base / "ckpt"
+    caplog.set_level(logging.INFO)
+    convert_talker(ckpt, base / f"talker-{qtype}.gguf", qtype)
+    assert not [r for r in caplog.records if "do not fit" in r.getMessage()]  # all rows fit
+
+    ref, quant = (Generator(str(base / f"talker-{t}.gguf"), threads=2) for t in ("f32", qtype))
+    rng = np.random.default_rng(1)
+    talker_ref, talker_q, cp_ref, cp_q = [], [], [], []
+    for _ in range(8):
+        text = list(rng.integers(1000, 100000, size=int(rng.integers(3, 12))))
+        ids = np.array([151644, 77091, 198, *text, 151645, 198, 151644, 77091, 198])
+        a = ref.trace(ids, "vivian", "english", False, 1)
+        b = quant.trace(ids, "vivian", "english", False, 1)
+        talker_ref.append(a["talker_logits"][0])
+        talker_q.append(b["talker_logits"][0])
+        # Head g (predicting code g+1) sees codes 0..g: compare it while those agree, so both
+        # runs have the same inputs up to the weights' noise.
+        for g in range(15):
+            if not np.array_equal(a["codes"][0, : g + 1], b["codes"][0, : g + 1]):
+                break
+            cp_ref.append(a["cp_logits"][0, g])
+            cp_q.append(b["cp_logits"][0, g])
+    suppressed = slice(2048, 3072)  # the control tokens are never sampled: compare the codes
+    t_ref, t_q = (
+        np.array(talker_ref)[:, : suppressed.start],
+        np.array(talker_q)[:, : suppressed.start],
+    )
+    c_ref, c_q = np.array(cp_ref), np.array(cp_q)
+    results = {
+        "talker_kl": float(_kl(t_ref, t_q).mean()),
+        "talker_top1": float((t_ref.argmax(-1) == t_q.argmax(-1)).mean()),
+        "cp_kl": float(_kl(c_ref, c_q).mean()),
+        "cp_top1": float((c_ref.argmax(-1) == c_q.argmax(-1)).mean()),
+    }
+    print(f"\n{qtype} vs f32: {results}")  # reported with pytest -s
+    assert len(cp_ref) >= 8
+    assert results["talker_kl"] < max_kl and results["cp_kl"] < max_kl, results
+    assert results["talker_top1"] >= min_top1 and results["cp_top1"] >= min_top1, results
