@@ -221,7 +221,8 @@ class FrameIterator {
             f = session_->next();
         }
         if (!f) {
-            stats_ = {session_->frames(), session_->talker_ms(), session_->predictor_ms()};
+            stats_ = {session_->frames(), session_->talker_ms(), session_->predictor_ms(),
+                      session_->graph_setup_ms()};
             session_.reset();  // frees the KV caches and threads now
             throw py::stop_iteration();
         }
@@ -236,17 +237,19 @@ class FrameIterator {
             d["frames"] = session_->frames();
             d["talker_ms"] = session_->talker_ms();
             d["predictor_ms"] = session_->predictor_ms();
+            d["graph_setup_ms"] = session_->graph_setup_ms();
         } else {
             d["frames"] = std::get<0>(stats_);
             d["talker_ms"] = std::get<1>(stats_);
             d["predictor_ms"] = std::get<2>(stats_);
+            d["graph_setup_ms"] = std::get<3>(stats_);
         }
         return d;
     }
 
   private:
     std::unique_ptr<GenerationSession> session_;
-    std::tuple<int64_t, double, double> stats_{0, 0.0, 0.0};
+    std::tuple<int64_t, double, double, double> stats_{0, 0.0, 0.0, 0.0};
 };
 
 }  // namespace

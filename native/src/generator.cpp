@@ -108,7 +108,7 @@ struct GenerationSession::State {
     std::vector<float> scratch, step_embed;
     int64_t n_frames = 0, n_ctx = 0, prompt_len = 0;
     bool started = false, done = false;
-    double talker_ms = 0.0, predictor_ms = 0.0;
+    double talker_ms = 0.0, predictor_ms = 0.0, graph_setup_ms = 0.0;
 
     State(const Generator::Model &model, const std::vector<int32_t> &input_ids,
           const GenerationOptions &o, GenerationTrace *t)
@@ -135,6 +135,7 @@ struct GenerationSession::State {
         ggml_backend_cpu_set_n_threads(backend.get(), 1);
 
         assemble_prompt(codec);
+        const auto t0 = std::chrono::steady_clock::now();
         prompt_len = (int64_t)(prefill.size() / hp.talker.hidden_size);
         // One slot per prompt row and per step (the traced run also steps after the last frame).
         n_ctx = prompt_len + o.max_frames + 1;
@@ -144,6 +145,7 @@ struct GenerationSession::State {
         step_graph = std::make_unique<LmGraph>(m.talker, *cache, 1, hp.talker.hidden_size, nullptr,
                                                nullptr, m.head, nullptr, backend.get(), &pool);
         predictor = std::make_unique<CodePredictor>(m, backend.get(), &pool);
+        graph_setup_ms = ms_since(t0);
         if (trace) {
             trace->hidden = hp.talker.hidden_size;
             trace->prefill_embeds = prefill;
@@ -277,5 +279,6 @@ std::optional<Frame> GenerationSession::next() { return state_->next(); }
 int64_t GenerationSession::frames() const { return state_->n_frames; }
 double GenerationSession::talker_ms() const { return state_->talker_ms; }
 double GenerationSession::predictor_ms() const { return state_->predictor_ms; }
+double GenerationSession::graph_setup_ms() const { return state_->graph_setup_ms; }
 
 }  // namespace kazeia

@@ -152,14 +152,22 @@ void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     const float *rd = res ? static_cast<const float *>(res->data) : nullptr;
     auto *yd = static_cast<float *>(dst->data);
 
-    // A task is one block of NC output columns, all output channels.
-    auto block = [&](int64_t ib) {
+    // A task is one block of NC output columns times a range of output panels. Short inputs
+    // (a streamed frame is 1-4 columns before the vocoder) have one column block: their output
+    // channels are split instead, so that every thread streams a share of the weights.
+    const int64_t n_blocks = (len + NC - 1) / NC, n_panels = out / CONV_PANEL;
+    const int64_t m_split = std::max<int64_t>(1, std::min<int64_t>(n_panels, (16 + n_blocks - 1) / n_blocks));
+    const int64_t panels_per = (n_panels + m_split - 1) / m_split;
+    auto block = [&](int64_t task) {
+        const int64_t ib = task / m_split, ms = task % m_split;
         const int64_t nb = ib * NC, nb_end = std::min(len, nb + NC);
+        const int64_t m_begin = ms * panels_per * CONV_PANEL;
+        const int64_t m_end = std::min(out, m_begin + panels_per * CONV_PANEL);
         float acc[NR][CONV_PANEL];
         for (int64_t k0 = 0; k0 < K; k0 += kc) {
             const int64_t tap = k0 / in, c0 = k0 % in;
             const bool first = k0 == 0;
-            for (int64_t m0 = 0; m0 < out; m0 += CONV_PANEL) {
+            for (int64_t m0 = m_begin; m0 < m_end; m0 += CONV_PANEL) {
                 const float *a = wd + m0 * K + k0 * CONV_PANEL;
                 for (int64_t n = nb; n < nb_end; n += NR) {
                     const float *b[NR];
@@ -183,12 +191,12 @@ void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
             }
         }
     };
-    const int64_t n_blocks = (len + NC - 1) / NC;
+    const int64_t n_tasks = n_blocks * m_split;
     if (p->pool) {
-        if (ith == 0) p->pool->run(n_blocks, block);
+        if (ith == 0) p->pool->run(n_tasks, block);
         return;
     }
-    for (int64_t ib = ith; ib < n_blocks; ib += nth) block(ib);
+    for (int64_t t = ith; t < n_tasks; t += nth) block(t);
 }
 
 }  // namespace
@@ -267,11 +275,14 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
     }
     auto *yd = static_cast<float *>(dst->data);
     const int64_t n_tasks = (M + MUL_MAT_TASK_ROWS - 1) / MUL_MAT_TASK_ROWS;
+    const size_t w_row = w->nb[1];
     pool->run(n_tasks, [&](int64_t t) {
         const int64_t m0 = t * MUL_MAT_TASK_ROWS, m1 = std::min(M, m0 + MUL_MAT_TASK_ROWS);
-        for (int64_t j = 0; j < n; ++j)
-            for (int64_t m = m0; m < m1; ++m)
-                traits->vec_dot((int)K, yd + j * M + m, 0, wd + m * w->nb[1], 0, xd + j * row_size, 0, 1);
+        for (int64_t m = m0; m < m1; ++m) {
+            const char *row = wd + m * w_row;
+            for (int64_t j = 0; j < n; ++j)
+                traits->vec_dot((int)K, yd + j * M + m, 0, row, 0, xd + j * row_size, 0, 1);
+        }
     });
 }
 

@@ -35,7 +35,8 @@ struct Snake {
 };
 
 struct TfmLayer {
-    ggml_tensor *attn_norm, *q, *k, *v, *o, *attn_scale, *ffn_norm, *gate, *up, *down, *ffn_scale;
+    ggml_tensor *attn_norm, *attn_scale, *ffn_norm, *ffn_scale;
+    Conv q, k, v, o, gate, up, down;  // linear layers (1-tap convs without bias)
 };
 
 struct Upsample {
@@ -115,6 +116,10 @@ struct SpeechDecoder::Model {
             }
         };
         pack(pre_conv);
+        pack(in_proj);
+        pack(out_proj);
+        for (TfmLayer &l : layers)
+            for (Conv *c : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) pack(*c);
         pack(conv_in);
         pack(conv_out);
         for (Upsample &u : upsample) {
@@ -172,10 +177,15 @@ struct SpeechDecoder::Model {
         in_proj = conv(dec_name::IN_PROJ, hp.latent_dim);
         for (int il = 0; il < (int)hp.num_layers; ++il) {
             auto l = [&](const char *part) { return t(dec_name::layer(il, part)); };
-            layers.push_back(TfmLayer{l("attn_norm.weight"), l("attn_q.weight"),
-                                      l("attn_k.weight"), l("attn_v.weight"), l("attn_o.weight"),
-                                      l("attn_scale"), l("ffn_norm.weight"), l("ffn_gate.weight"),
-                                      l("ffn_up.weight"), l("ffn_down.weight"), l("ffn_scale")});
+            auto lin = [&](const char *part) {
+                ggml_tensor *w = l(part);
+                return Conv{w, nullptr, 1, w->ne[0], w->ne[1]};
+            };
+            layers.push_back(TfmLayer{l("attn_norm.weight"), l("attn_scale"), l("ffn_norm.weight"),
+                                      l("ffn_scale"), lin("attn_q.weight"), lin("attn_k.weight"),
+                                      lin("attn_v.weight"), lin("attn_o.weight"),
+                                      lin("ffn_gate.weight"), lin("ffn_up.weight"),
+                                      lin("ffn_down.weight")});
         }
         tfm_norm = t(dec_name::TFM_NORM);
         out_proj = conv(dec_name::OUT_PROJ, hp.hidden_size);
@@ -409,7 +419,8 @@ class GraphBuilder {
         const int64_t hd = hp.head_dim, nh = hp.num_heads, nkv = hp.num_kv_heads;
         const int64_t n_kv = hp.sliding_window - 1 + n;
         const float scale = 1.0f / std::sqrt((float)hd);
-        ggml_tensor *h = ggml_add(ctx_, ggml_mul_mat(ctx_, m_.in_proj.w, x), m_.in_proj.b);
+        auto linear = [&](ggml_tensor *t, const Conv &c) { return causal_conv(t, nullptr, c, 1); };
+        ggml_tensor *h = linear(x, m_.in_proj);
         for (size_t il = 0; il < m_.layers.size(); ++il) {
             const TfmLayer &L = m_.layers[il];
             ggml_tensor *a = rms_norm(h, L.attn_norm);
@@ -418,9 +429,9 @@ class GraphBuilder {
                 return ggml_rope_ext(ctx_, t, positions, nullptr, (int)hd, GGML_ROPE_TYPE_NEOX, 0,
                                      hp.rope_theta, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
             };
-            ggml_tensor *q = rope(ggml_mul_mat(ctx_, L.q, a), nh);
-            ggml_tensor *k = rope(ggml_mul_mat(ctx_, L.k, a), nkv);
-            ggml_tensor *v = ggml_mul_mat(ctx_, L.v, a);
+            ggml_tensor *q = rope(linear(a, L.q), nh);
+            ggml_tensor *k = rope(linear(a, L.k), nkv);
+            ggml_tensor *v = linear(a, L.v);
             ggml_tensor *k_all = with_history(ggml_reshape_2d(ctx_, k, hd * nkv, n), s_.k_cache[il]);
             ggml_tensor *v_all = with_history(v, s_.v_cache[il]);
 
@@ -432,17 +443,16 @@ class GraphBuilder {
                 ctx_, ggml_permute(ctx_, ggml_reshape_3d(ctx_, v_all, hd, nkv, n_kv), 1, 2, 0, 3));
             ggml_tensor *o = ggml_mul_mat(ctx_, V, kq);  // [hd, n, heads]
             o = ggml_reshape_2d(ctx_, ggml_cont(ctx_, ggml_permute(ctx_, o, 0, 2, 1, 3)), hd * nh, n);
-            o = ggml_mul_mat(ctx_, L.o, o);
+            o = linear(o, L.o);
             h = ggml_add(ctx_, h, ggml_mul(ctx_, o, L.attn_scale));
 
             ggml_tensor *f = rms_norm(h, L.ffn_norm);
-            f = ggml_mul(ctx_, ggml_silu(ctx_, ggml_mul_mat(ctx_, L.gate, f)),
-                         ggml_mul_mat(ctx_, L.up, f));
-            f = ggml_mul_mat(ctx_, L.down, f);
+            f = ggml_mul(ctx_, ggml_silu(ctx_, linear(f, L.gate)), linear(f, L.up));
+            f = linear(f, L.down);
             h = ggml_add(ctx_, h, ggml_mul(ctx_, f, L.ffn_scale));
         }
         h = rms_norm(h, m_.tfm_norm);
-        return ggml_add(ctx_, ggml_mul_mat(ctx_, m_.out_proj.w, h), m_.out_proj.b);
+        return linear(h, m_.out_proj);
     }
 
     // Transposed conv then a ConvNeXt block (causal depthwise conv, LayerNorm, MLP, gamma).

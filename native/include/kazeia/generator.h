@@ -70,6 +70,9 @@ class GenerationSession {
     // Milliseconds spent so far in the talker (prefill included) and the code predictor.
     double talker_ms() const;
     double predictor_ms() const;
+    // Milliseconds spent building and allocating the session's graphs and caches (once per
+    // session: the code predictor's 14 per-frame sub-steps reuse one graph).
+    double graph_setup_ms() const;
 
     struct State;
 
