@@ -1,5 +1,6 @@
 #include "gguf_weights.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -131,6 +132,24 @@ void GgufWeights::check_shape(const std::string &name, const std::vector<int64_t
         throw ModelError(path_ + ": tensor '" + name + "' has shape " +
                          shape_str(t->ne, ggml_n_dims(t)) + ", expected " +
                          shape_str(ne.data(), (int)ne.size()));
+}
+
+void GgufWeights::expect_tensors(
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> &table) const {
+    for (const auto &[name, ne] : table) check_shape(name, ne);
+    for (int64_t i = 0; i < n_tensors(); ++i) {
+        const std::string name = tensor_name(i);
+        if (std::none_of(table.begin(), table.end(), [&](const auto &e) { return e.first == name; }))
+            throw ModelError(path_ + " has an unexpected tensor '" + name + "'");
+    }
+}
+
+void GgufWeights::expect_version(const char *key, uint32_t version) const {
+    const uint32_t found = get_u32(key);
+    if (found != version)
+        throw ModelError(path_ + " has format version " + std::to_string(found) +
+                         ", this build reads version " + std::to_string(version) +
+                         ": re-run the converter");
 }
 
 int64_t GgufWeights::n_tensors() const { return gguf_get_n_tensors(gguf_.get()); }

@@ -33,6 +33,11 @@ class GgufWeights {
     void check_shape(const std::string &name, const std::vector<int64_t> &ne) const;
     int64_t n_tensors() const;
     std::string tensor_name(int64_t i) const;
+    // The file must hold exactly these tensors with these shapes (a model part's table):
+    // throws ModelError naming the first missing, mis-shaped or unexpected one.
+    void expect_tensors(const std::vector<std::pair<std::string, std::vector<int64_t>>> &table) const;
+    // `key` must equal `version` (a format written by this build's converter).
+    void expect_version(const char *key, uint32_t version) const;
 
     uint32_t get_u32(const char *key) const;
     float get_f32(const char *key) const;

@@ -79,11 +79,7 @@ struct SpeechDecoder::Model {
 
     Model(const std::string &path, int threads)
         : weights(path, DECODER_ARCH, ggml_backend_cpu_buffer_type()), n_threads(threads) {
-        const uint32_t version = weights.get_u32(DECODER_KEY_FORMAT_VERSION);
-        if (version != DECODER_FORMAT_VERSION)
-            throw ModelError(path + " has decoder format version " + std::to_string(version) +
-                             ", this build reads version " +
-                             std::to_string(DECODER_FORMAT_VERSION) + ": re-run the converter");
+        weights.expect_version(DECODER_KEY_FORMAT_VERSION, DECODER_FORMAT_VERSION);
         for (const MetaKey &k : decoder_meta_keys()) {
             if (k.type == MetaType::U32) hp.*(k.u32) = weights.get_u32(k.key);
             else if (k.type == MetaType::F32) hp.*(k.f32) = weights.get_f32(k.key);
@@ -91,17 +87,9 @@ struct SpeechDecoder::Model {
         }
         check_hparams(path);
 
-        // The file must hold exactly the tensors of the table, with their shapes.
-        const auto specs = decoder_tensor_specs(hp);
-        for (const TensorSpec &s : specs) weights.check_shape(s.name, s.ne);
-        if (weights.n_tensors() != (int64_t)specs.size()) {
-            for (int64_t i = 0; i < weights.n_tensors(); ++i) {
-                const std::string name = weights.tensor_name(i);
-                if (std::none_of(specs.begin(), specs.end(),
-                                 [&](const TensorSpec &s) { return s.name == name; }))
-                    throw ModelError(path + " has an unexpected tensor '" + name + "'");
-            }
-        }
+        std::vector<std::pair<std::string, std::vector<int64_t>>> table;
+        for (const TensorSpec &t : decoder_tensor_specs(hp)) table.emplace_back(t.name, t.ne);
+        weights.expect_tensors(table);
         bind_tensors();
         pack_weights();
     }

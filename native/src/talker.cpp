@@ -79,23 +79,12 @@ LmStack bind_stack(const GgufWeights &w, const char *prefix, const LmHParams &hp
 
 Generator::Model::Model(const std::string &path, int threads)
     : weights(path, TALKER_ARCH, GgufWeights::Mapped{}), n_threads(threads) {
-    const uint32_t version = weights.get_u32(TALKER_KEY_FORMAT_VERSION);
-    if (version != TALKER_FORMAT_VERSION)
-        throw ModelError(path + " has talker format version " + std::to_string(version) +
-                         ", this build reads version " + std::to_string(TALKER_FORMAT_VERSION) +
-                         ": re-run the converter");
+    weights.expect_version(TALKER_KEY_FORMAT_VERSION, TALKER_FORMAT_VERSION);
     read_meta(weights, hp);
     check(weights, hp);
-    const auto specs = talker_tensor_specs(hp);
-    for (const TalkerTensorSpec &s : specs) weights.check_shape(s.name, s.ne);
-    if (weights.n_tensors() != (int64_t)specs.size()) {
-        for (int64_t i = 0; i < weights.n_tensors(); ++i) {
-            const std::string name = weights.tensor_name(i);
-            if (std::none_of(specs.begin(), specs.end(),
-                             [&](const TalkerTensorSpec &s) { return s.name == name; }))
-                throw ModelError(path + " has an unexpected tensor '" + name + "'");
-        }
-    }
+    std::vector<std::pair<std::string, std::vector<int64_t>>> table;
+    for (const TalkerTensorSpec &t : talker_tensor_specs(hp)) table.emplace_back(t.name, t.ne);
+    weights.expect_tensors(table);
     talker = bind_stack(weights, "tlk", hp.talker, tlk_name::NORM);
     predictor = bind_stack(weights, "cp", hp.predictor, tlk_name::CP_NORM);
     codec_embd = weights.tensor(tlk_name::TOK_EMBD);
