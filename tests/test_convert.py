@@ -256,7 +256,7 @@ def test_convert_writes_all_parts(tmp_path: Path) -> None:
     for name in ("vocab.json", "merges.txt"):
         (ckpt / name).write_text("{}" if name.endswith("json") else "#version: 0.2\n")
     written = {p.name for p in convert(ckpt, tmp_path / "out")}
-    assert written == {"decoder.gguf", "talker.gguf", "vocab.json", "merges.txt"}
+    assert written == {"decoder.gguf", "talker.gguf", "vocab.json", "merges.txt", "config.json"}
 
 
 def test_talker_unknown_and_missing_tensors(tmp_path: Path) -> None:

@@ -473,7 +473,15 @@ def convert_talker(checkpoint_dir: Path, out_path: Path, out_type: str = "f32") 
     return out_path
 
 
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json")
+# Copied beside the GGUF files: the tokenizer, and config.json, whose transformers_version
+# decides which pre-tokenizer regex the official loader applies (see tokenizer.py).
+TOKENIZER_FILES = (
+    "vocab.json",
+    "merges.txt",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "config.json",
+)
 
 
 def convert(checkpoint_dir: Path, out_dir: Path, out_type: str = "f32") -> list[Path]:
