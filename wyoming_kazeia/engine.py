@@ -1,0 +1,305 @@
+"""Streaming engine: text in, 24 kHz int16 PCM chunks out while the model is still generating.
+
+    engine = Engine(model_dir, EngineSettings.from_env())
+    synthesis = engine.synthesize("Hello there.", speaker="vivian")
+    for chunk in synthesis:          # np.int16 arrays, the first long before the text is done
+        play(chunk)
+    print(synthesis.metrics)
+
+Two threads per synthesis: a generator thread (talker + code predictor) hands each frame's 16
+codes to a decoder thread, which decodes every `stream_chunk` frames with the exact stateful
+streaming decoder; the consumer's iterator takes finished chunks from a queue. Closing the
+iterator (or dropping it) stops generation within one frame and joins both threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from ._tools import tool_path
+from .native import Generator, SpeechDecoder, to_pcm16
+from .settings import EngineSettings
+from .tokenizer import TextTokenizer
+
+_LOGGER = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24000
+HOP = 1920  # samples per frame
+# Runaway guard: random weights and bad prompts never emit eos. Speech runs at ~3-6 text
+# tokens per second, i.e. 2-4 frames per token; this bound leaves room for slow speech.
+_FRAMES_PER_TOKEN = 12
+_MIN_FRAMES = 40
+
+
+class EngineError(RuntimeError):
+    """A synthesis failed (e.g. the decoder subprocess crashed); the engine stays usable."""
+
+
+@dataclass
+class SynthesisMetrics:
+    ttfa_s: float = 0.0  # time to first audio chunk
+    total_s: float = 0.0
+    audio_s: float = 0.0
+    rtf: float = 0.0  # total_s / audio_s
+    n_frames: int = 0
+    n_chunks: int = 0
+    talker_s: float = 0.0
+    predictor_s: float = 0.0
+    decoder_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_DONE = object()
+
+
+class Synthesis:
+    """Iterator of int16 PCM chunks; `metrics` is complete once it is exhausted."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        ids: list[int] | None,
+        speaker: str,
+        language: str,
+        settings: EngineSettings,
+    ) -> None:
+        self.metrics = SynthesisMetrics()
+        self._engine = engine
+        self._settings = settings
+        self._cancel = threading.Event()
+        self._frames: queue.Queue[Any] = queue.Queue()
+        self._chunks: queue.Queue[Any] = queue.Queue()
+        self._start = time.monotonic()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        if ids is None:  # nothing to say
+            self._chunks.put(_DONE)
+            self._closed = True
+            return
+        max_frames = settings.max_frames or _MIN_FRAMES + _FRAMES_PER_TOKEN * (len(ids) - 8)
+        it = engine.generator.frames(
+            np.asarray(ids),
+            speaker,
+            language,
+            seed=settings.seed,
+            temperature=settings.temperature,
+            top_k=settings.top_k,
+            top_p=settings.top_p,
+            repetition_penalty=settings.repetition_penalty,
+            max_frames=max_frames,
+        )
+        self._threads = [
+            threading.Thread(
+                target=self._generate, args=(it,), name="kazeia-generate", daemon=True
+            ),
+            threading.Thread(target=self._decode, name="kazeia-decode", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # -- threads ---------------------------------------------------------------------------
+
+    def _generate(self, it: Any) -> None:
+        try:
+            for frame in it:
+                if self._cancel.is_set():
+                    break
+                self._frames.put(frame)
+        except Exception as err:  # noqa: BLE001 - forwarded to the consumer
+            self._frames.put(err)
+        finally:
+            stats = it.stats
+            it.close()
+            self.metrics.talker_s = stats["talker_ms"] / 1000.0
+            self.metrics.predictor_s = stats["predictor_ms"] / 1000.0
+            self._frames.put(_DONE)
+
+    def _decode(self) -> None:
+        k = self._settings.stream_chunk
+        stream = (
+            None if (k == 0 or self._settings.decoder_subprocess) else self._engine.decoder.stream()
+        )
+        pending: list[np.ndarray] = []
+        try:
+            while True:
+                item = self._frames.get()
+                if isinstance(item, Exception):
+                    raise item
+                if item is _DONE or self._cancel.is_set():
+                    break
+                pending.append(item)
+                self.metrics.n_frames += 1
+                if stream is not None and len(pending) >= k:
+                    self._emit(self._timed(stream.push, np.stack(pending)))
+                    pending = []
+            if pending and not self._cancel.is_set():
+                codes = np.stack(pending)
+                if stream is not None:
+                    self._emit(self._timed(stream.push, codes))
+                elif self._settings.decoder_subprocess:
+                    self._emit(self._timed(self._engine.decode_subprocess, codes))
+                else:
+                    self._emit(self._timed(self._engine.decoder.decode, codes))
+        except Exception as err:  # noqa: BLE001 - forwarded to the consumer
+            self._chunks.put(err)
+        finally:
+            self._chunks.put(_DONE)
+
+    def _timed(self, fn: Any, codes: np.ndarray) -> np.ndarray:
+        t0 = time.monotonic()
+        wav = fn(codes)
+        self.metrics.decoder_s += time.monotonic() - t0
+        return np.asarray(wav)
+
+    def _emit(self, wav: np.ndarray) -> None:
+        if self.metrics.n_chunks == 0:
+            self.metrics.ttfa_s = time.monotonic() - self._start
+        self.metrics.n_chunks += 1
+        self._chunks.put(to_pcm16(wav))
+
+    # -- iterator --------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        item = self._chunks.get()
+        if item is _DONE:
+            self._finish()
+            raise StopIteration
+        if isinstance(item, Exception):
+            self.close()
+            if isinstance(item, EngineError | ValueError):
+                raise item
+            raise EngineError(f"synthesis failed: {item}") from item
+        self.metrics.audio_s += len(item) / SAMPLE_RATE
+        return item
+
+    def _finish(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for t in self._threads:
+            t.join()
+        m = self.metrics
+        m.total_s = time.monotonic() - self._start
+        m.rtf = m.total_s / m.audio_s if m.audio_s else 0.0
+        _LOGGER.info(
+            "synthesis: %d frames, %.2f s audio in %.2f s (RTF %.2f), first audio %.3f s, "
+            "%d chunks, talker %.2f s, predictor %.2f s, decoder %.2f s",
+            m.n_frames,
+            m.audio_s,
+            m.total_s,
+            m.rtf,
+            m.ttfa_s,
+            m.n_chunks,
+            m.talker_s,
+            m.predictor_s,
+            m.decoder_s,
+        )
+
+    def close(self) -> None:
+        """Stops generation (within one frame) and joins the threads."""
+        if self._closed:
+            return
+        self._cancel.set()
+        self._frames.put(_DONE)  # wakes the decoder thread
+        for t in self._threads:
+            t.join()
+        self._closed = True
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._cancel.set()
+
+
+class Engine:
+    """A loaded model: talker.gguf, decoder.gguf and the tokenizer of a converted directory."""
+
+    def __init__(self, model_dir: str | Path, settings: EngineSettings | None = None) -> None:
+        self.model_dir = Path(model_dir)
+        self.settings = settings or EngineSettings()
+        for name in ("talker.gguf", "decoder.gguf"):
+            if not (self.model_dir / name).is_file():
+                raise FileNotFoundError(
+                    f"{self.model_dir} has no {name}: convert a checkpoint with "
+                    "`python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR`"
+                )
+        self.generator = Generator(
+            str(self.model_dir / "talker.gguf"), threads=self.settings.threads
+        )
+        self.decoder = SpeechDecoder(
+            str(self.model_dir / "decoder.gguf"), threads=self.settings.decoder_threads
+        )
+        self.tokenizer = TextTokenizer.from_dir(self.model_dir)
+        # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap).
+        self.decoder_command = [str(tool_path("kazeia-decoder"))]
+
+    @property
+    def speakers(self) -> list[str]:
+        return self.generator.speakers
+
+    @property
+    def languages(self) -> list[str]:
+        return self.generator.languages
+
+    def synthesize(
+        self, text: str, speaker: str | None = None, language: str = "auto", **overrides: Any
+    ) -> Synthesis:
+        """Starts a synthesis; `overrides` are settings for this one (e.g. seed=7)."""
+        settings = self.settings.replace(**overrides) if overrides else self.settings
+        if speaker is None:
+            speaker = self.speakers[0] if self.speakers else ""
+        # Validate now (unknown speaker/language raise here, not in a thread).
+        lowered = language.lower()
+        if speaker.lower() not in self.speakers:
+            raise ValueError(
+                f"unknown speaker {speaker!r}; valid speakers: {', '.join(self.speakers)}"
+            )
+        if lowered != "auto" and lowered not in self.languages:
+            raise ValueError(
+                f"unknown language {language!r}; valid languages: auto, {', '.join(self.languages)}"
+            )
+        ids = self.tokenizer.prompt_ids(text) if text.strip() else None
+        return Synthesis(self, ids, speaker, language, settings)
+
+    def decode_subprocess(self, codes: np.ndarray) -> np.ndarray:
+        """Decodes with the kazeia-decoder tool: codes through a temp file, WAV back through the
+        tool's atomic rename. A crash becomes an EngineError for this synthesis only."""
+        with tempfile.TemporaryDirectory(prefix="kazeia-") as tmp:
+            codes_path, wav_path = Path(tmp) / "codes.bin", Path(tmp) / "out.wav"
+            np.ascontiguousarray(codes, dtype="<i4").tofile(codes_path)
+            cmd = [
+                *self.decoder_command,
+                str(self.model_dir / "decoder.gguf"),
+                str(codes_path),
+                str(len(codes)),
+                str(wav_path),
+                "--float",
+                "--threads",
+                str(self.settings.decoder_threads),
+            ]
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0 or not wav_path.is_file():
+                reason = result.stderr.strip().splitlines()[-1:] or [
+                    f"exit code {result.returncode}"
+                ]
+                raise EngineError(f"decoder subprocess failed: {reason[0]}")
+            wav, rate = sf.read(wav_path, dtype="float32")
+            if rate != SAMPLE_RATE or len(wav) != len(codes) * HOP:
+                raise EngineError("decoder subprocess wrote an unexpected WAV")
+            return np.asarray(wav, dtype=np.float32)

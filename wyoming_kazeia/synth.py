@@ -1,0 +1,125 @@
+"""Synthesize one text to a WAV file from the command line.
+
+    python -m wyoming_kazeia.synth --model DIR --text "..." --out out.wav [--speaker vivian]
+        [--language auto] [--stream-chunk K] [--seed N] [--decoder-subprocess] [--json-metrics]
+
+--model is a converted model directory, or a Hugging Face checkpoint directory, which is
+converted once into a cache (--cache-dir, default ~/.cache/wyoming-kazeia) and reused.
+Metrics go to stdout (one JSON object with --json-metrics), progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from .convert import ConversionError, convert
+from .engine import SAMPLE_RATE, Engine, EngineError
+from .settings import EngineSettings, SettingsError
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def is_converted(path: Path) -> bool:
+    return (path / "talker.gguf").is_file() and (path / "decoder.gguf").is_file()
+
+
+def is_checkpoint(path: Path) -> bool:
+    has_weights = (path / "model.safetensors").is_file() or (
+        path / "model.safetensors.index.json"
+    ).is_file()
+    return (path / "config.json").is_file() and has_weights
+
+
+def resolve_model(path: Path, quant: str, cache_dir: Path) -> Path:
+    """A converted model directory for `path`, converting a checkpoint on first use."""
+    if is_converted(path):
+        return path
+    if not is_checkpoint(path):
+        raise FileNotFoundError(
+            f"{path} is neither a converted model (talker.gguf + decoder.gguf) nor a Hugging "
+            "Face checkpoint (config.json + model.safetensors)"
+        )
+    stat = (path / "config.json").stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_mtime_ns}:{quant}".encode()).hexdigest()[:12]
+    out = cache_dir / f"{path.resolve().name}-{quant}-{key}"
+    if not is_converted(out):
+        _LOGGER.info("converting %s into %s (%s, once)", path, out, quant)
+        convert(path, out, quant)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m wyoming_kazeia.synth",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--text", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--speaker")
+    parser.add_argument("--language", default="auto")
+    parser.add_argument("--stream-chunk", type=int)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--decoder-subprocess", action="store_true")
+    parser.add_argument("--json-metrics", action="store_true")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wyoming-kazeia",
+    )
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    overrides: dict[str, Any] = {}
+    if args.stream_chunk is not None:
+        overrides["stream_chunk"] = args.stream_chunk
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    if args.decoder_subprocess:
+        overrides["decoder_subprocess"] = True
+    try:
+        settings = EngineSettings.from_env(**overrides)
+        engine = Engine(resolve_model(args.model, settings.quant, args.cache_dir), settings)
+        synthesis = engine.synthesize(args.text, speaker=args.speaker, language=args.language)
+        chunks = list(synthesis)
+    except (
+        SettingsError,
+        ConversionError,
+        EngineError,
+        FileNotFoundError,
+        ValueError,
+        RuntimeError,
+    ) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    pcm = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    sf.write(tmp, pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+    tmp.replace(args.out)
+    metrics = synthesis.metrics.as_dict()
+    if args.json_metrics:
+        print(json.dumps(metrics))
+    else:
+        for key, value in metrics.items():
+            print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
