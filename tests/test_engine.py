@@ -1,0 +1,207 @@
+"""The streaming engine on a tiny random checkpoint: exact streaming, cancellation, placement."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from wyoming_kazeia.convert import convert
+from wyoming_kazeia.dev.random_checkpoint import main as random_checkpoint
+from wyoming_kazeia.engine import Engine, EngineError
+from wyoming_kazeia.settings import EngineSettings, SettingsError
+
+TEXT = "Hello there, this is a small test of the streaming engine."
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("engine") / "ckpt"
+    assert random_checkpoint([str(path), "--size", "tiny", "--seed", "3", "-q"]) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dir(checkpoint: Path) -> Path:
+    out = checkpoint.parent / "model"
+    convert(checkpoint, out, "f32")
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir: Path) -> Engine:
+    return Engine(model_dir, EngineSettings(max_frames=40, seed=11))
+
+
+def pcm(engine: Engine, **overrides: object) -> np.ndarray:
+    return np.concatenate(list(engine.synthesize(TEXT, "vivian", **overrides)))
+
+
+def test_one_shot_audio(engine: Engine) -> None:
+    s = engine.synthesize(TEXT, "vivian", stream_chunk=0)
+    chunks = list(s)
+    assert len(chunks) == 1 and chunks[0].dtype == np.int16
+    assert len(chunks[0]) == 40 * 1920
+    m = s.metrics
+    assert (m.n_frames, m.n_chunks) == (40, 1)
+    assert m.audio_s == pytest.approx(3.2) and m.total_s > 0 and m.rtf > 0 and m.ttfa_s > 0
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+def test_streamed_equals_one_shot(engine: Engine, chunk: int) -> None:
+    one_shot = pcm(engine, stream_chunk=0)
+    s = engine.synthesize(TEXT, "vivian", stream_chunk=chunk)
+    chunks = list(s)
+    assert all(len(c) == chunk * 1920 for c in chunks[:-1])
+    assert s.metrics.n_chunks == -(-40 // chunk)
+    streamed = np.concatenate(chunks)
+    assert streamed.shape == one_shot.shape
+    assert np.abs(streamed.astype(np.int32) - one_shot).max() <= 1
+
+
+def test_subprocess_decoder_equals_in_process(engine: Engine) -> None:
+    assert np.abs(pcm(engine, decoder_subprocess=True).astype(np.int32) - pcm(engine)).max() <= 1
+
+
+def test_killed_decoder_subprocess_is_an_error_then_recovers(
+    engine: Engine, tmp_path: Path
+) -> None:
+    crash = tmp_path / "crash.sh"
+    crash.write_text("#!/bin/sh\nkill -9 $$\n")
+    crash.chmod(0o755)
+    saved = engine.decoder_command
+    engine.decoder_command = [str(crash)]
+    try:
+        with pytest.raises(EngineError, match="decoder subprocess failed"):
+            pcm(engine, decoder_subprocess=True)
+    finally:
+        engine.decoder_command = saved
+    assert len(pcm(engine, decoder_subprocess=True)) == 40 * 1920
+
+
+def test_cancellation_stops_and_leaks_no_thread(model_dir: Path) -> None:
+    eng = Engine(model_dir, EngineSettings(max_frames=2000, seed=1, stream_chunk=1))
+    before = threading.active_count()
+    s = eng.synthesize(TEXT, "vivian")
+    next(s)
+    t0 = time.monotonic()
+    s.close()
+    assert time.monotonic() - t0 < 1.0
+    assert s.metrics.n_frames < 2000
+    assert threading.active_count() == before
+    with pytest.raises(StopIteration):
+        next(s)
+
+
+def test_empty_text_no_audio(engine: Engine) -> None:
+    for text in ("", "   \n\t"):
+        s = engine.synthesize(text, "vivian")
+        assert list(s) == []
+        assert s.metrics.n_frames == 0
+
+
+def test_runaway_guard_bounds_frames(model_dir: Path) -> None:
+    eng = Engine(model_dir, EngineSettings(seed=2, stream_chunk=0))  # max_frames=0: by text
+    s = eng.synthesize("Hi.", "vivian")
+    list(s)
+    assert 2 <= s.metrics.n_frames <= 40 + 12 * 4
+
+
+def test_unknown_speaker_and_language(engine: Engine) -> None:
+    with pytest.raises(ValueError, match="unknown speaker 'bob'; valid speakers: aiden"):
+        engine.synthesize(TEXT, "bob")
+    with pytest.raises(ValueError, match="unknown language 'elvish'; valid languages: auto"):
+        engine.synthesize(TEXT, "vivian", "elvish")
+
+
+def test_two_engines_and_concurrent_syntheses(model_dir: Path, engine: Engine) -> None:
+    expected = pcm(engine)
+    other = Engine(model_dir, EngineSettings(max_frames=40, seed=11))
+    results: dict[str, np.ndarray] = {}
+
+    def run(name: str, eng: Engine) -> None:
+        results[name] = pcm(eng)
+
+    threads = [
+        threading.Thread(target=run, args=(f"t{i}", e))
+        for i, e in enumerate([engine, engine, other])
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for out in results.values():
+        assert np.array_equal(out, expected)
+
+
+def test_settings_validation_and_env() -> None:
+    s = EngineSettings.from_env(
+        {
+            "KZTTS_THREADS": "3",
+            "KZTTS_STREAM_CHUNK": "0",
+            "KZTTS_DECODER_SUBPROC": "yes",
+            "KZTTS_SEED": "",
+            "KZTTS_TOP_P": "0.5",
+        }
+    )
+    assert (s.threads, s.stream_chunk, s.decoder_subprocess, s.seed, s.top_p) == (
+        3,
+        0,
+        True,
+        None,
+        0.5,
+    )
+    with pytest.raises(
+        SettingsError, match=r"invalid threads \(KZTTS_THREADS\) = 0; allowed: 1..64"
+    ):
+        EngineSettings(threads=0)
+    with pytest.raises(SettingsError, match="KZTTS_QUANT.*allowed: f32|f16|q8_0|q4_k"):
+        EngineSettings.from_env({"KZTTS_QUANT": "q3"})
+    with pytest.raises(SettingsError, match="invalid KZTTS_STREAM_CHUNK='four'"):
+        EngineSettings.from_env({"KZTTS_STREAM_CHUNK": "four"})
+    with pytest.raises(SettingsError, match="unknown setting"):
+        EngineSettings().replace(colour="blue")
+    with pytest.raises(SettingsError, match="top_p"):
+        EngineSettings().replace(top_p=1.5)
+
+
+def test_synth_cli_from_checkpoint(checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.wav"
+    cmd = [
+        sys.executable,
+        "-m",
+        "wyoming_kazeia.synth",
+        "--model",
+        str(checkpoint),
+        "--text",
+        TEXT,
+        "--out",
+        str(out),
+        "--seed",
+        "4",
+        "--json-metrics",
+        "--cache-dir",
+        str(tmp_path / "c"),
+    ]
+    env = {"KZTTS_MAX_FRAMES": "20", "PATH": "/usr/bin:/bin"}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads(r.stdout)
+    assert metrics["n_frames"] == 20
+    audio, rate = sf.read(out, dtype="int16")
+    assert rate == 24000 and len(audio) == 20 * 1920
+    # The converted cache is reused: no second conversion.
+    r2 = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r2.returncode == 0 and "converting" not in r2.stderr
+
+
+def test_engine_missing_model(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="has no talker.gguf"):
+        Engine(tmp_path)
