@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def engine(model_dir: Path) -> Engine:
     return Engine(model_dir, EngineSettings(max_frames=40, seed=11))
 
 
-def pcm(engine: Engine, **overrides: object) -> np.ndarray:
+def pcm(engine: Engine, **overrides: Any) -> np.ndarray:
     return np.concatenate(list(engine.synthesize(TEXT, "vivian", **overrides)))
 
 
