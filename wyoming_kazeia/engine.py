@@ -177,6 +177,8 @@ class Synthesis:
         return self
 
     def __next__(self) -> np.ndarray:
+        if self._cancel.is_set():  # closed: chunks still queued are dropped
+            raise StopIteration
         item = self._chunks.get()
         if item is _DONE:
             self._finish()
