@@ -192,3 +192,15 @@ def test_same_seed_same_draws() -> None:
     logits = np.random.default_rng(0).normal(size=100)
     assert np.array_equal(draws(logits, seed=11), draws(logits, seed=11))
     assert not np.array_equal(draws(logits, seed=11), draws(logits, seed=12))
+
+
+def test_voice_prefix_cache_is_exact(talker_gguf: dict[str, Path]) -> None:
+    """The voice rows' K/V are computed on first use and reused after: same results."""
+    g = Generator(str(talker_gguf["tiny-1.7b"]), threads=2)
+    ids = ref_array("tiny-1.7b", "input_ids")
+    first = g.trace(ids, "dylan", "auto", False, 6)  # computes and stores the prefix
+    second = g.trace(ids, "dylan", "auto", False, 6)  # loads it
+    for key in ("talker_logits", "talker_hidden", "cp_logits", "codes"):
+        assert np.array_equal(first[key], second[key]), key
+    other = g.trace(ids, "vivian", "english", False, 6)  # another voice: another prefix
+    assert not np.array_equal(other["talker_logits"], first["talker_logits"])

@@ -102,6 +102,8 @@ struct GenerationSession::State {
     std::vector<float> pad_row;   // P(tts_pad)
     std::unique_ptr<KvCache> cache;
     std::unique_ptr<LmGraph> prefill_graph, step_graph;
+    std::vector<int32_t> prefix_key;  // role ids + codec prefix: what the voice rows depend on
+    int64_t prefix_rows = 0;          // prompt rows that depend only on the voice
     std::unique_ptr<CodePredictor> predictor;
     const std::vector<float> *logits = nullptr, *hidden = nullptr;
     std::vector<int32_t> history;  // sampled codes 0
@@ -137,10 +139,14 @@ struct GenerationSession::State {
         assemble_prompt(codec);
         const auto t0 = std::chrono::steady_clock::now();
         prompt_len = (int64_t)(prefill.size() / hp.talker.hidden_size);
+        prefix_rows = 3 + (int64_t)codec.size() + 1;  // role, codec prefix, P(bos) + C(pad)
+        prefix_key.assign(ids.begin(), ids.begin() + 3);
+        prefix_key.insert(prefix_key.end(), codec.begin(), codec.end());
         // One slot per prompt row and per step (the traced run also steps after the last frame).
         n_ctx = prompt_len + o.max_frames + 1;
         cache = std::make_unique<KvCache>(hp.talker, n_ctx, backend.get());
-        prefill_graph = std::make_unique<LmGraph>(m.talker, *cache, prompt_len, hp.talker.hidden_size,
+        prefill_graph = std::make_unique<LmGraph>(m.talker, *cache, prompt_len - prefix_rows,
+                                                  hp.talker.hidden_size,
                                                   nullptr, nullptr, m.head, nullptr, backend.get(), &pool);
         step_graph = std::make_unique<LmGraph>(m.talker, *cache, 1, hp.talker.hidden_size, nullptr,
                                                nullptr, m.head, nullptr, backend.get(), &pool);
@@ -190,6 +196,34 @@ struct GenerationSession::State {
         (void)n;
     }
 
+    // K/V of the voice rows: from the generator's cache, or computed now and stored there.
+    void load_or_compute_prefix() {
+        const LmHParams &tk = m.hp.talker;
+        const size_t kv = (size_t)tk.num_kv_heads * tk.head_dim, bytes = kv * prefix_rows * sizeof(float);
+        Generator::Model::PrefixKv entry;
+        if (m.find_prefix(prefix_key, entry) && entry.rows == prefix_rows) {
+            for (size_t il = 0; il < cache->k.size(); ++il) {
+                ggml_backend_tensor_set(cache->k[il], entry.k[il].data(), 0, bytes);
+                ggml_backend_tensor_set(cache->v[il], entry.v[il].data(), 0, bytes);
+            }
+            return;
+        }
+        LmGraph prefix(m.talker, *cache, prefix_rows, tk.hidden_size, nullptr, nullptr, m.head,
+                       nullptr, backend.get(), &pool);
+        prefix.eval(prefill.data(), 0);
+        entry.key = prefix_key;
+        entry.rows = prefix_rows;
+        entry.k.resize(cache->k.size());
+        entry.v.resize(cache->v.size());
+        for (size_t il = 0; il < cache->k.size(); ++il) {
+            entry.k[il].resize(kv * prefix_rows);
+            entry.v[il].resize(kv * prefix_rows);
+            ggml_backend_tensor_get(cache->k[il], entry.k[il].data(), 0, bytes);
+            ggml_backend_tensor_get(cache->v[il], entry.v[il].data(), 0, bytes);
+        }
+        m.store_prefix(std::move(entry));
+    }
+
     void record_talker_call() {
         if (!trace) return;
         trace->talker_logits.insert(trace->talker_logits.end(), logits->begin(), logits->end());
@@ -202,7 +236,8 @@ struct GenerationSession::State {
         const int64_t d = hp.talker.hidden_size, vocab = hp.talker.vocab_size;
         if (!started) {
             const auto t0 = std::chrono::steady_clock::now();
-            prefill_graph->eval(prefill.data(), 0);
+            load_or_compute_prefix();
+            prefill_graph->eval(prefill.data() + prefix_rows * d, prefix_rows);
             logits = &prefill_graph->logits();
             hidden = &prefill_graph->hidden();
             talker_ms += ms_since(t0);

@@ -102,6 +102,25 @@ Generator::Model::Model(const std::string &path, int threads)
     cp_heads = weights.tensor(tlk_name::CP_HEADS);
 }
 
+bool Generator::Model::find_prefix(const std::vector<int32_t> &key, PrefixKv &out) const {
+    std::lock_guard<std::mutex> lock(prefix_mutex);
+    for (auto it = prefix_cache.begin(); it != prefix_cache.end(); ++it) {
+        if (it->key != key) continue;
+        prefix_cache.splice(prefix_cache.begin(), prefix_cache, it);
+        out = prefix_cache.front();
+        return true;
+    }
+    return false;
+}
+
+void Generator::Model::store_prefix(PrefixKv entry) const {
+    std::lock_guard<std::mutex> lock(prefix_mutex);
+    for (const PrefixKv &e : prefix_cache)
+        if (e.key == entry.key) return;
+    prefix_cache.push_front(std::move(entry));
+    if (prefix_cache.size() > PREFIX_CACHE_SIZE) prefix_cache.pop_back();
+}
+
 std::vector<float> Generator::Model::text_projection(const std::vector<int32_t> &ids,
                                                      ggml_backend_t backend,
                                                      WorkerPool *pool) const {
