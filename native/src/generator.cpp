@@ -107,6 +107,7 @@ struct GenerationSession::State {
     std::unique_ptr<CodePredictor> predictor;
     const std::vector<float> *logits = nullptr, *hidden = nullptr;
     std::vector<int32_t> history;  // sampled codes 0
+    std::optional<Frame> pending_step;  // a frame whose talker step has not run yet
     std::vector<float> scratch, step_embed;
     int64_t n_frames = 0, n_ctx = 0, prompt_len = 0;
     bool started = false, done = false;
@@ -224,6 +225,32 @@ struct GenerationSession::State {
         m.store_prefix(std::move(entry));
     }
 
+    // Feeds the last frame back: C(c0) + sum of the predictor's embeddings of c1..c15 + text.
+    void talker_step() {
+        const TalkerHParams &hp = m.hp;
+        const int64_t d = hp.talker.hidden_size;
+        const Frame frame = *pending_step;
+        pending_step.reset();
+        {
+            const auto t0 = std::chrono::steady_clock::now();
+            step_embed.assign(d, 0.0f);
+            add_embedding_row(m.codec_embd, frame[0], step_embed.data());
+            for (int g = 1; g < (int)hp.num_code_groups; ++g)
+                add_embedding_row(m.cp_embd, (int64_t)(g - 1) * hp.predictor.vocab_size + frame[g],
+                                  step_embed.data());
+            const int64_t t = n_frames - 1;  // text row of this step
+            const float *text = (t + 1) * d <= (int64_t)trailing.size() ? trailing.data() + t * d
+                                                                         : pad_row.data();
+            for (int64_t i = 0; i < d; ++i) step_embed[i] += text[i];
+            if (trace) trace->step_embeds.insert(trace->step_embeds.end(), step_embed.begin(), step_embed.end());
+            step_graph->eval(step_embed.data(), prompt_len + n_frames - 1);
+            logits = &step_graph->logits();
+            hidden = &step_graph->hidden();
+            talker_ms += ms_since(t0);
+            record_talker_call();
+        }
+    }
+
     void record_talker_call() {
         if (!trace) return;
         trace->talker_logits.insert(trace->talker_logits.end(), logits->begin(), logits->end());
@@ -248,6 +275,7 @@ struct GenerationSession::State {
             done = true;
             return std::nullopt;
         }
+        if (pending_step) talker_step();
         // Code 0: repetition penalty over earlier codes 0 -> suppress the control tokens (the
         // top 1024 ids) except eos -> no eos before 2 frames -> temperature/top-k/top-p.
         scratch.assign(logits->begin(), logits->end());
@@ -267,26 +295,11 @@ struct GenerationSession::State {
         predictor_ms += ms_since(t0);
         ++n_frames;
 
-        // Feed the frame back: C(c0) + sum of the predictor's embeddings of c1..c15 + text.
-        // The last allowed frame needs no step, except when tracing every talker call.
-        if (n_frames < opt.max_frames || trace) {
-            t0 = std::chrono::steady_clock::now();
-            step_embed.assign(d, 0.0f);
-            add_embedding_row(m.codec_embd, frame[0], step_embed.data());
-            for (int g = 1; g < (int)hp.num_code_groups; ++g)
-                add_embedding_row(m.cp_embd, (int64_t)(g - 1) * hp.predictor.vocab_size + frame[g],
-                                  step_embed.data());
-            const int64_t t = n_frames - 1;  // text row of this step
-            const float *text = (t + 1) * d <= (int64_t)trailing.size() ? trailing.data() + t * d
-                                                                         : pad_row.data();
-            for (int64_t i = 0; i < d; ++i) step_embed[i] += text[i];
-            if (trace) trace->step_embeds.insert(trace->step_embeds.end(), step_embed.begin(), step_embed.end());
-            step_graph->eval(step_embed.data(), prompt_len + n_frames - 1);
-            logits = &step_graph->logits();
-            hidden = &step_graph->hidden();
-            talker_ms += ms_since(t0);
-            record_talker_call();
-        }
+        // The talker step that feeds this frame back runs at the next call, so the frame
+        // reaches its consumer (the decoder) one talker step sooner. The last allowed frame
+        // needs no step, except when tracing every talker call.
+        pending_step = frame;
+        if (trace && n_frames == opt.max_frames) talker_step();
         return frame;
     }
 };
