@@ -245,7 +245,8 @@ namespace kazeia {
 
 namespace {
 
-constexpr int64_t MUL_MAT_TASK_ROWS = 32;
+constexpr int64_t MUL_MAT_MIN_TASK_ROWS = 64;
+constexpr int64_t MUL_MAT_TASKS_PER_THREAD = 4;
 
 void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata) {
     if (ith != 0) return;
@@ -274,10 +275,17 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
         xd = reinterpret_cast<const char *>(converted.data());
     }
     auto *yd = static_cast<float *>(dst->data);
-    const int64_t n_tasks = (M + MUL_MAT_TASK_ROWS - 1) / MUL_MAT_TASK_ROWS;
+    // Few long tasks: each is one sequential stream through its rows, which the hardware
+    // prefetchers serve far better than many short interleaved ones (measured on a 3072 x
+    // 1024 q8_0 GEMV, 2 threads: 26 GB/s with 32-row tasks, 35-39 GB/s with 4 tasks per
+    // thread). A few per thread still let a preempted thread's share be taken over.
+    const int64_t n_tasks = std::max<int64_t>(
+        1, std::min<int64_t>((M + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
+                             MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
+    const int64_t rows_per_task = (M + n_tasks - 1) / n_tasks;
     const size_t w_row = w->nb[1];
     pool->run(n_tasks, [&](int64_t t) {
-        const int64_t m0 = t * MUL_MAT_TASK_ROWS, m1 = std::min(M, m0 + MUL_MAT_TASK_ROWS);
+        const int64_t m0 = t * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
         for (int64_t m = m0; m < m1; ++m) {
             const char *row = wd + m * w_row;
             for (int64_t j = 0; j < n; ++j)
