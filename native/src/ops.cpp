@@ -156,7 +156,8 @@ void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     // (a streamed frame is 1-4 columns before the vocoder) have one column block: their output
     // channels are split instead, so that every thread streams a share of the weights.
     const int64_t n_blocks = (len + NC - 1) / NC, n_panels = out / CONV_PANEL;
-    const int64_t m_split = std::max<int64_t>(1, std::min<int64_t>(n_panels, (16 + n_blocks - 1) / n_blocks));
+    const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
+    const int64_t m_split = std::max<int64_t>(1, std::min<int64_t>(n_panels, (want + n_blocks - 1) / n_blocks));
     const int64_t panels_per = (n_panels + m_split - 1) / m_split;
     auto block = [&](int64_t task) {
         const int64_t ib = task / m_split, ms = task % m_split;
