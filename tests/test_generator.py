@@ -204,3 +204,29 @@ def test_voice_prefix_cache_is_exact(talker_gguf: dict[str, Path]) -> None:
         assert np.array_equal(first[key], second[key]), key
     other = g.trace(ids, "vivian", "english", False, 6)  # another voice: another prefix
     assert not np.array_equal(other["talker_logits"], first["talker_logits"])
+
+
+def test_stops_at_eos(gen: Generator) -> None:
+    """With flattened logits eos (1 of ~2049 allowed codes) comes within a few thousand
+    frames; generation stops there (seeded, so the test is deterministic)."""
+    codes = gen.generate(
+        IDS,
+        "vivian",
+        seed=21,
+        temperature=1000.0,
+        top_k=0,
+        repetition_penalty=1.0,
+        max_frames=50000,
+    )
+    assert 2 <= len(codes) < 50000
+    assert (codes[:, 0] != gen.hparams["kazeia.ids.codec_eos"]).all()  # eos is not a frame
+    again = gen.generate(
+        IDS,
+        "vivian",
+        seed=21,
+        temperature=1000.0,
+        top_k=0,
+        repetition_penalty=1.0,
+        max_frames=50000,
+    )
+    assert np.array_equal(codes, again)

@@ -15,6 +15,8 @@ namespace kazeia {
 
 namespace {
 
+constexpr int64_t KV_BLOCK = 256;  // talker cache slots added at a time
+
 std::string lower(std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
     return s;
@@ -143,8 +145,10 @@ struct GenerationSession::State {
         prefix_rows = 3 + (int64_t)codec.size() + 1;  // role, codec prefix, P(bos) + C(pad)
         prefix_key.assign(ids.begin(), ids.begin() + 3);
         prefix_key.insert(prefix_key.end(), codec.begin(), codec.end());
-        // One slot per prompt row and per step (the traced run also steps after the last frame).
-        n_ctx = prompt_len + o.max_frames + 1;
+        // One slot per prompt row and per step (the traced run also steps after the last frame),
+        // allocated in growing blocks: a large max_frames costs nothing until it is used, and
+        // attention never runs over more empty slots than one block.
+        n_ctx = prompt_len + std::min<int64_t>(o.max_frames, KV_BLOCK) + 1;
         cache = std::make_unique<KvCache>(hp.talker, n_ctx, backend.get());
         prefill_graph = std::make_unique<LmGraph>(m.talker, *cache, prompt_len - prefix_rows,
                                                   hp.talker.hidden_size,
@@ -243,12 +247,33 @@ struct GenerationSession::State {
                                                                          : pad_row.data();
             for (int64_t i = 0; i < d; ++i) step_embed[i] += text[i];
             if (trace) trace->step_embeds.insert(trace->step_embeds.end(), step_embed.begin(), step_embed.end());
-            step_graph->eval(step_embed.data(), prompt_len + n_frames - 1);
+            const int64_t pos = prompt_len + n_frames - 1;
+            if (pos >= cache->n_ctx) grow_cache(pos + 1 + KV_BLOCK);
+            step_graph->eval(step_embed.data(), pos);
             logits = &step_graph->logits();
             hidden = &step_graph->hidden();
             talker_ms += ms_since(t0);
             record_talker_call();
         }
+    }
+
+    // A larger talker cache with the old slots copied, and the step graph rebuilt over it.
+    void grow_cache(int64_t slots) {
+        const LmHParams &tk = m.hp.talker;
+        auto bigger = std::make_unique<KvCache>(tk, slots, backend.get());
+        const size_t bytes = (size_t)tk.num_kv_heads * tk.head_dim * cache->n_ctx * sizeof(float);
+        std::vector<uint8_t> tmp(bytes);
+        for (size_t il = 0; il < cache->k.size(); ++il) {
+            ggml_backend_tensor_get(cache->k[il], tmp.data(), 0, bytes);
+            ggml_backend_tensor_set(bigger->k[il], tmp.data(), 0, bytes);
+            ggml_backend_tensor_get(cache->v[il], tmp.data(), 0, bytes);
+            ggml_backend_tensor_set(bigger->v[il], tmp.data(), 0, bytes);
+        }
+        step_graph.reset();
+        prefill_graph.reset();  // done with; it points at the old cache
+        cache = std::move(bigger);
+        step_graph = std::make_unique<LmGraph>(m.talker, *cache, 1, tk.hidden_size, nullptr, nullptr,
+                                               m.head, nullptr, backend.get(), &pool);
     }
 
     void record_talker_call() {
