@@ -81,6 +81,7 @@ class Synthesis:
         self._engine = engine
         self._settings = settings
         self._cancel = threading.Event()
+        self._first_chunk = threading.Event()
         self._frames: queue.Queue[Any] = queue.Queue()
         self._chunks: queue.Queue[Any] = queue.Queue()
         self._start = time.monotonic()
@@ -114,11 +115,16 @@ class Synthesis:
     # -- threads ---------------------------------------------------------------------------
 
     def _generate(self, it: Any) -> None:
+        streaming = self._settings.stream_chunk > 0 and not self._settings.decoder_subprocess
         try:
-            for frame in it:
+            for generated, frame in enumerate(it, start=1):
                 if self._cancel.is_set():
                     break
                 self._frames.put(frame)
+                # First audio first: while the first chunk is decoded, generating the next
+                # frames would take half the cores from it (2 cores, both stages parallel).
+                if streaming and generated >= self._settings.stream_chunk:
+                    self._first_chunk.wait()
         except Exception as err:  # noqa: BLE001 - forwarded to the consumer
             self._frames.put(err)
         finally:
@@ -157,6 +163,7 @@ class Synthesis:
         except Exception as err:  # noqa: BLE001 - forwarded to the consumer
             self._chunks.put(err)
         finally:
+            self._first_chunk.set()  # never leave the generator waiting
             self._chunks.put(_DONE)
 
     def _timed(self, fn: Any, codes: np.ndarray) -> np.ndarray:
@@ -170,6 +177,7 @@ class Synthesis:
             self.metrics.ttfa_s = time.monotonic() - self._start
         self.metrics.n_chunks += 1
         self._chunks.put(to_pcm16(wav))
+        self._first_chunk.set()
 
     # -- iterator --------------------------------------------------------------------------
 
@@ -219,6 +227,7 @@ class Synthesis:
         if self._closed:
             return
         self._cancel.set()
+        self._first_chunk.set()
         self._frames.put(_DONE)  # wakes the decoder thread
         for t in self._threads:
             t.join()
