@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from .official_decoder import status_mb  # the one /proc reader (stdlib only)
+
 logger = logging.getLogger("bench")
 
 SAMPLE_RATE = 24000
@@ -77,18 +79,6 @@ class BenchError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def status_mb(key: str) -> float:
-    """A ``VmRSS``/``VmHWM`` line of /proc/self/status in MB (0.0 where unavailable)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return 0.0
 
 
 def default_cache_dir() -> Path:
