@@ -400,10 +400,11 @@ PYBIND11_MODULE(_native, m) {
         .def(
             "trace",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,
-               const std::string &language, bool non_streaming, int max_frames) {
+               const std::string &language, bool non_streaming, int max_frames, int kv_block) {
                 auto ids = ids_from(input_ids);
                 auto o = options_from(speaker, language, non_streaming, true, 0, std::nullopt,
                                       std::nullopt, std::nullopt, 1.0f, max_frames);
+                o.kv_block = kv_block;
                 GenerationTrace trace;
                 std::vector<Frame> frames;
                 {
@@ -424,8 +425,9 @@ PYBIND11_MODULE(_native, m) {
             },
             py::arg("input_ids"), py::arg("speaker"), py::arg("language") = "auto",
             py::arg("non_streaming") = false, py::arg("max_frames") = 2048,
+            py::arg("kv_block") = 256,
             "Greedy generation (repetition penalty 1) recording every intermediate the official "
-            "reference pins down.")
+            "reference pins down. kv_block: talker cache growth step (tests).")
         .def_property_readonly("hparams", [](const Generator &g) { return talker_hparams_to_dict(g.hparams()); })
         .def_property_readonly("threads", &Generator::n_threads)
         .def_property_readonly("speakers", [](const Generator &g) { return g.hparams().speaker_names; })

@@ -72,6 +72,7 @@ class Generator:
         language: str = "auto",
         non_streaming: bool = False,
         max_frames: int = 2048,
+        kv_block: int = 256,
     ) -> dict[str, npt.NDArray[Any]]: ...
     @property
     def hparams(self) -> dict[str, Any]: ...

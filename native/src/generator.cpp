@@ -15,8 +15,6 @@ namespace kazeia {
 
 namespace {
 
-constexpr int64_t KV_BLOCK = 256;  // talker cache slots added at a time
-
 std::string lower(std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
     return s;
@@ -122,6 +120,7 @@ struct GenerationSession::State {
         const TalkerHParams &hp = m.hp;
         check_ids(hp, ids);
         if (o.max_frames < 1) throw InputError("max_frames must be >= 1");
+        if (o.kv_block < 1) throw InputError("kv_block must be >= 1");
         const std::vector<int32_t> codec = codec_prefix(hp, o);
         talker_params = SamplingParams{o.greedy, o.temperature.value_or(hp.temperature),
                                        o.top_k.value_or((int)hp.top_k), o.top_p.value_or(hp.top_p)};
@@ -148,7 +147,7 @@ struct GenerationSession::State {
         // One slot per prompt row and per step (the traced run also steps after the last frame),
         // allocated in growing blocks: a large max_frames costs nothing until it is used, and
         // attention never runs over more empty slots than one block.
-        n_ctx = prompt_len + std::min<int64_t>(o.max_frames, KV_BLOCK) + 1;
+        n_ctx = prompt_len + std::min<int64_t>(o.max_frames, o.kv_block) + 1;
         cache = std::make_unique<KvCache>(hp.talker, n_ctx, backend.get());
         prefill_graph = std::make_unique<LmGraph>(m.talker, *cache, prompt_len - prefix_rows,
                                                   hp.talker.hidden_size,
@@ -248,7 +247,7 @@ struct GenerationSession::State {
             for (int64_t i = 0; i < d; ++i) step_embed[i] += text[i];
             if (trace) trace->step_embeds.insert(trace->step_embeds.end(), step_embed.begin(), step_embed.end());
             const int64_t pos = prompt_len + n_frames - 1;
-            if (pos >= cache->n_ctx) grow_cache(pos + 1 + KV_BLOCK);
+            if (pos >= cache->n_ctx) grow_cache(pos + 1 + opt.kv_block);
             step_graph->eval(step_embed.data(), pos);
             logits = &step_graph->logits();
             hidden = &step_graph->hidden();

@@ -24,6 +24,8 @@ struct GenerationOptions {
     std::optional<float> temperature, top_p, repetition_penalty;
     std::optional<int> top_k;
     int max_frames = 0;  // > 0
+    // Talker KV cache slots added at a time (the cache grows with the generation).
+    int kv_block = 256;
 };
 
 // Everything the reference outputs pin down, recorded when asked (tests).
