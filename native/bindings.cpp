@@ -275,8 +275,8 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("frames_pushed", &DecoderStream::frames_pushed);
 
     py::class_<SpeechDecoder>(m, "SpeechDecoder")
-        .def(py::init<const std::string &, int>(), py::arg("path"), py::arg("threads") = 2,
-             py::call_guard<py::gil_scoped_release>())
+        .def(py::init<const std::string &, int, bool>(), py::arg("path"), py::arg("threads") = 2,
+             py::arg("polite") = false, py::call_guard<py::gil_scoped_release>())
         .def(
             "decode",
             [](const SpeechDecoder &dec, const py::array &codes) {
@@ -348,8 +348,8 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("stats", &FrameIterator::stats);
 
     py::class_<Generator>(m, "Generator")
-        .def(py::init<const std::string &, int>(), py::arg("path"), py::arg("threads") = 2,
-             py::call_guard<py::gil_scoped_release>())
+        .def(py::init<const std::string &, int, bool>(), py::arg("path"), py::arg("threads") = 2,
+             py::arg("polite") = false, py::call_guard<py::gil_scoped_release>())
         .def(
             "frames",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,

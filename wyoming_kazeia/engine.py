@@ -250,11 +250,13 @@ class Engine:
                     f"{self.model_dir} has no {name}: convert a checkpoint with "
                     "`python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR`"
                 )
+        # Generator and decoder compute at the same time while streaming: their idle workers
+        # yield the cores to each other ("polite" pools).
         self.generator = Generator(
-            str(self.model_dir / "talker.gguf"), threads=self.settings.threads
+            str(self.model_dir / "talker.gguf"), threads=self.settings.threads, polite=True
         )
         self.decoder = SpeechDecoder(
-            str(self.model_dir / "decoder.gguf"), threads=self.settings.decoder_threads
+            str(self.model_dir / "decoder.gguf"), threads=self.settings.decoder_threads, polite=True
         )
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
         # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap).

@@ -115,7 +115,7 @@ struct GenerationSession::State {
 
     State(const Generator::Model &model, const std::vector<int32_t> &input_ids,
           const GenerationOptions &o, GenerationTrace *t)
-        : m(model), opt(o), trace(t), pool(model.n_threads), ids(input_ids),
+        : m(model), opt(o), trace(t), pool(model.n_threads, model.polite), ids(input_ids),
           rng(o.seed ? *o.seed : ((uint64_t)std::random_device{}() << 32 | std::random_device{}())) {
         const TalkerHParams &hp = m.hp;
         check_ids(hp, ids);
@@ -328,9 +328,10 @@ struct GenerationSession::State {
     }
 };
 
-Generator::Generator(const std::string &talker_gguf, int n_threads) {
+Generator::Generator(const std::string &talker_gguf, int n_threads, bool polite) {
     if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
     model_ = std::make_unique<Model>(talker_gguf, n_threads);
+    model_->polite = polite;
 }
 
 Generator::~Generator() = default;

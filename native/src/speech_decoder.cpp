@@ -67,6 +67,7 @@ struct SpeechDecoder::Model {
     GgufWeights weights;
     DecoderHParams hp;
     int n_threads;
+    bool polite = false;
     ggml_tensor *rvq_first_out, *rvq_rest_out;
     std::vector<ggml_tensor *> codebooks;
     Conv pre_conv, in_proj, out_proj;
@@ -238,7 +239,7 @@ struct DecoderStream::State {
     std::vector<std::array<ggml_tensor *, 3>> res_conv1;
     ggml_tensor *conv_out;
 
-    explicit State(const SpeechDecoder::Model &model) : m(model), pool(model.n_threads) {
+    explicit State(const SpeechDecoder::Model &model) : m(model), pool(model.n_threads, model.polite) {
         backend.reset(ggml_backend_cpu_init());
         if (!backend) throw std::runtime_error("cannot initialize the ggml CPU backend");
         ggml_backend_cpu_set_n_threads(backend.get(), 1);
@@ -538,10 +539,13 @@ void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t n, std::v
 
 }  // namespace
 
-SpeechDecoder::SpeechDecoder(const std::string &path, int n_threads) {
+SpeechDecoder::SpeechDecoder(const std::string &path, int n_threads, bool polite) {
     if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
     model_ = std::make_unique<Model>(path, n_threads);
+    model_->polite = polite;
 }
+
+bool SpeechDecoder::polite() const { return model_->polite; }
 
 SpeechDecoder::~SpeechDecoder() = default;
 

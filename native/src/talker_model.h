@@ -17,6 +17,7 @@ struct Generator::Model {
     GgufWeights weights;  // memory-mapped: untouched rows of the text table stay on disk
     TalkerHParams hp;
     int n_threads;
+    bool polite = false;
     LmStack talker, predictor;
     ggml_tensor *codec_embd, *text_embd, *text_fc1_w, *text_fc1_b, *text_fc2_w, *text_fc2_b;
     ggml_tensor *head;

@@ -16,6 +16,7 @@ namespace {
 // How long an idle worker keeps polling for the next job before it sleeps: graph nodes come
 // every few microseconds while a model runs, syntheses seconds apart.
 constexpr auto SPIN_BEFORE_SLEEP = std::chrono::microseconds(500);
+constexpr auto POLITE_PAUSE = std::chrono::microseconds(30);  // then yield (polite pools)
 }  // namespace
 
 struct WorkerPool::Job {
@@ -25,7 +26,7 @@ struct WorkerPool::Job {
     std::atomic<int64_t> done{0};
 };
 
-WorkerPool::WorkerPool(int n_threads) {
+WorkerPool::WorkerPool(int n_threads, bool polite) : polite_(polite) {
     for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -52,10 +53,15 @@ void WorkerPool::work(Job &job) {
 void WorkerPool::worker_loop() {
     uint64_t seen = 0;
     for (;;) {
-        const auto spin_until = std::chrono::steady_clock::now() + SPIN_BEFORE_SLEEP;
+        const auto start = std::chrono::steady_clock::now();
+        const auto spin_until = start + SPIN_BEFORE_SLEEP, pause_until = start + POLITE_PAUSE;
         for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
             KAZEIA_CPU_RELAX();
-            if ((i & 255) == 0 && std::chrono::steady_clock::now() > spin_until) break;
+            if ((i & 63) != 0) continue;
+            const auto now = std::chrono::steady_clock::now();
+            if (now > spin_until) break;
+            // A polite pool gives its core to the other stage's threads while it waits.
+            if (polite_ && now > pause_until) std::this_thread::yield();
         }
         std::shared_ptr<Job> job;
         {

@@ -22,7 +22,9 @@ namespace kazeia {
 class WorkerPool {
   public:
     // n_threads >= 1 compute threads in total: the caller of run() plus n_threads - 1 workers.
-    explicit WorkerPool(int n_threads);
+    // `polite`: idle workers yield the core after a short poll instead of keeping it, for pools
+    // that share the cores with another busy pool (the engine's generator and decoder).
+    explicit WorkerPool(int n_threads, bool polite = false);
     ~WorkerPool();
     WorkerPool(const WorkerPool &) = delete;
     WorkerPool &operator=(const WorkerPool &) = delete;
@@ -44,6 +46,7 @@ class WorkerPool {
     std::shared_ptr<Job> job_;             // current job, guarded by mutex_
     std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job
     int sleepers_ = 0;                     // workers waiting on wake_, guarded by mutex_
+    bool polite_ = false;
     bool stop_ = false;
 };
 

@@ -42,7 +42,8 @@ class GenerationSession;
 
 class Generator {
   public:
-    Generator(const std::string &talker_gguf, int n_threads);
+    // `polite`: see WorkerPool (set when another engine stage computes at the same time).
+    Generator(const std::string &talker_gguf, int n_threads, bool polite = false);
     ~Generator();
     Generator(const Generator &) = delete;
     Generator &operator=(const Generator &) = delete;

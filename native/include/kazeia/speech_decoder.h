@@ -19,13 +19,15 @@ class DecoderStream;
 class SpeechDecoder {
   public:
     // Loads `decoder.gguf`. `n_threads` compute threads are owned by each stream.
-    SpeechDecoder(const std::string &path, int n_threads);
+    // `polite`: see WorkerPool (set when another engine stage computes at the same time).
+    SpeechDecoder(const std::string &path, int n_threads, bool polite = false);
     ~SpeechDecoder();
     SpeechDecoder(const SpeechDecoder &) = delete;
     SpeechDecoder &operator=(const SpeechDecoder &) = delete;
 
     const DecoderHParams &hparams() const;
     int n_threads() const;
+    bool polite() const;
 
     // codes: time-major [n_frames][num_quantizers]; returns n_frames * hop_length samples.
     std::vector<float> decode(const int32_t *codes, int64_t n_frames) const;
