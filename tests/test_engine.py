@@ -60,8 +60,10 @@ def test_streamed_equals_one_shot(engine: Engine, chunk: int) -> None:
     one_shot = pcm(engine, stream_chunk=0)
     s = engine.synthesize(TEXT, "vivian", stream_chunk=chunk)
     chunks = list(s)
-    assert all(len(c) == chunk * 1920 for c in chunks[:-1])
-    assert s.metrics.n_chunks == -(-40 // chunk)
+    # First chunk: one frame (first audio soonest); then chunks of `chunk` frames.
+    assert len(chunks[0]) == 1920
+    assert all(len(c) == chunk * 1920 for c in chunks[1:-1])
+    assert s.metrics.n_chunks == 1 + -(-39 // chunk)
     streamed = np.concatenate(chunks)
     assert streamed.shape == one_shot.shape
     assert np.abs(streamed.astype(np.int32) - one_shot).max() <= 1

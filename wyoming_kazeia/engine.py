@@ -7,9 +7,10 @@
     print(synthesis.metrics)
 
 Two threads per synthesis: a generator thread (talker + code predictor) hands each frame's 16
-codes to a decoder thread, which decodes every `stream_chunk` frames with the exact stateful
-streaming decoder; the consumer's iterator takes finished chunks from a queue. Closing the
-iterator (or dropping it) stops generation within one frame and joins both threads.
+codes to a decoder thread, which decodes the first frame alone and then every `stream_chunk`
+frames with the exact stateful streaming decoder; the consumer's iterator takes finished
+chunks from a queue. Closing the iterator (or dropping it) stops generation within one frame
+and joins both threads.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class Synthesis:
                 self._frames.put(frame)
                 # First audio first: while the first chunk is decoded, generating the next
                 # frames would take half the cores from it (2 cores, both stages parallel).
-                if streaming and generated >= self._settings.stream_chunk:
+                if streaming:
                     self._first_chunk.wait()
         except Exception as err:  # noqa: BLE001 - forwarded to the consumer
             self._frames.put(err)
@@ -149,7 +150,10 @@ class Synthesis:
                     break
                 pending.append(item)
                 self.metrics.n_frames += 1
-                if stream is not None and len(pending) >= k:
+                # The first chunk is a single frame (first audio as soon as possible), then
+                # chunks of k frames (fewer pushes: each push reads all decoder weights).
+                size = 1 if self.metrics.n_chunks == 0 else k
+                if stream is not None and len(pending) >= size:
                     self._emit(self._timed(stream.push, np.stack(pending)))
                     pending = []
             if pending and not self._cancel.is_set():
