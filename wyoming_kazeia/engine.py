@@ -118,7 +118,7 @@ class Synthesis:
     def _generate(self, it: Any) -> None:
         streaming = self._settings.stream_chunk > 0 and not self._settings.decoder_subprocess
         try:
-            for generated, frame in enumerate(it, start=1):
+            for frame in it:
                 if self._cancel.is_set():
                     break
                 self._frames.put(frame)
