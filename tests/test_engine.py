@@ -208,3 +208,19 @@ def test_synth_cli_from_checkpoint(checkpoint: Path, tmp_path: Path) -> None:
 def test_engine_missing_model(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="has no talker.gguf"):
         Engine(tmp_path)
+
+
+def test_dropped_synthesis_stops(model_dir: Path) -> None:
+    """A consumer that goes away without close(): the synthesis stops by itself."""
+    import gc
+
+    eng = Engine(model_dir, EngineSettings(max_frames=5000, seed=1, stream_chunk=2))
+    before = threading.active_count()
+    s = eng.synthesize(TEXT, "vivian")
+    next(s)
+    del s
+    gc.collect()
+    deadline = time.monotonic() + 5.0
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before

@@ -67,8 +67,9 @@ class SynthesisMetrics:
 _DONE = object()
 
 
-class Synthesis:
-    """Iterator of int16 PCM chunks; `metrics` is complete once it is exhausted."""
+class _Pipeline:
+    """The state the two threads share. It never refers to its Synthesis, so a Synthesis that
+    its consumer drops is collected, and its finalizer cancels the pipeline."""
 
     def __init__(
         self,
@@ -183,12 +184,9 @@ class Synthesis:
         self._chunks.put(to_pcm16(wav))
         self._first_chunk.set()
 
-    # -- iterator --------------------------------------------------------------------------
+    # -- consumer side ----------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        return self
-
-    def __next__(self) -> np.ndarray:
+    def next_chunk(self) -> np.ndarray:
         if self._cancel.is_set():  # closed: chunks still queued are dropped
             raise StopIteration
         item = self._chunks.get()
@@ -226,20 +224,46 @@ class Synthesis:
             m.decoder_s,
         )
 
-    def close(self) -> None:
-        """Stops generation (within one frame) and joins the threads."""
-        if self._closed:
-            return
+    def cancel(self) -> None:
+        """Asks both threads to stop (within one frame); does not wait."""
         self._cancel.set()
         self._first_chunk.set()
         self._frames.put(_DONE)  # wakes the decoder thread
+
+    def close(self) -> None:
+        """Cancels and joins the threads."""
+        if self._closed:
+            return
+        self.cancel()
         for t in self._threads:
             t.join()
         self._closed = True
 
+
+class Synthesis:
+    """Iterator of int16 PCM chunks; `metrics` is complete once it is exhausted. Closing it, or
+    dropping the last reference to it, stops the synthesis within one frame."""
+
+    def __init__(self, pipeline: _Pipeline) -> None:
+        self._pipeline = pipeline
+
+    @property
+    def metrics(self) -> SynthesisMetrics:
+        return self._pipeline.metrics
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        return self._pipeline.next_chunk()
+
+    def close(self) -> None:
+        self._pipeline.close()
+
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self._cancel.set()
+        pipeline = getattr(self, "_pipeline", None)
+        if pipeline is not None and not pipeline._closed:
+            pipeline.cancel()
 
 
 class Engine:
@@ -292,7 +316,7 @@ class Engine:
                 f"unknown language {language!r}; valid languages: auto, {', '.join(self.languages)}"
             )
         ids = self.tokenizer.prompt_ids(text) if text.strip() else None
-        return Synthesis(self, ids, speaker, language, settings)
+        return Synthesis(_Pipeline(self, ids, speaker, language, settings))
 
     def decode_subprocess(self, codes: np.ndarray) -> np.ndarray:
         """Decodes with the kazeia-decoder tool: codes through a temp file, WAV back through the
