@@ -224,3 +224,19 @@ def test_dropped_synthesis_stops(model_dir: Path) -> None:
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert threading.active_count() == before
+
+
+def test_interpreter_exit_with_a_running_synthesis(model_dir: Path) -> None:
+    """Exiting while a synthesis runs stops it cleanly (no crash of native threads)."""
+    script = (
+        "import sys\n"
+        "from wyoming_kazeia.engine import Engine\n"
+        "from wyoming_kazeia.settings import EngineSettings\n"
+        "e = Engine(sys.argv[1], EngineSettings(max_frames=100000, seed=1, stream_chunk=2))\n"
+        "s = e.synthesize('Hello there, a long one.', 'vivian')\n"
+        "next(s)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", script, str(model_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr[-2000:]

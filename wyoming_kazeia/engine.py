@@ -15,12 +15,14 @@ and joins both threads.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -65,6 +67,16 @@ class SynthesisMetrics:
 
 
 _DONE = object()
+
+# Pipelines whose threads may still run: cancelled and joined at interpreter exit, before the
+# native objects they use are torn down.
+_LIVE: weakref.WeakSet[_Pipeline] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_live_pipelines() -> None:
+    for pipeline in list(_LIVE):
+        pipeline.close()
 
 
 class _Pipeline:
@@ -111,6 +123,7 @@ class _Pipeline:
             ),
             threading.Thread(target=self._decode, name="kazeia-decode", daemon=True),
         ]
+        _LIVE.add(self)
         for t in self._threads:
             t.start()
 
