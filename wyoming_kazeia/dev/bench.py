@@ -330,13 +330,19 @@ def add_decoder_parser(subparsers: Any) -> None:
         help="comma-separated streaming chunk sizes k in frames (default 1,4)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random codes (default 0)")
+    _add_official_args(p, "the (slow) official decoder", 3)
+    p.set_defaults(func=bench_decoder)
+
+
+def _add_official_args(p: argparse.ArgumentParser, what: str, repeats: int) -> None:
+    """The options of a row measured with the official implementation, and --json."""
     p.add_argument(
         "--official-repeats",
         type=int,
-        default=3,
-        help="timed runs of the (slow) official decoder (default 3)",
+        default=repeats,
+        help=f"timed runs of {what} (default {repeats})",
     )
-    p.add_argument("--no-official", action="store_true", help="skip the official decoder")
+    p.add_argument("--no-official", action="store_true", help=f"skip {what}")
     p.add_argument(
         "--reference-python",
         type=Path,
@@ -345,7 +351,6 @@ def add_decoder_parser(subparsers: Any) -> None:
         "build/reference-venv/bin/python)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.set_defaults(func=bench_decoder)
 
 
 def _parse_chunks(text: str) -> list[int]:
@@ -662,21 +667,7 @@ def add_generate_parser(subparsers: Any) -> None:
     p.add_argument("--speaker", default="vivian", help="default vivian")
     p.add_argument("--language", default="english", help="default english")
     p.add_argument("--seed", type=int, default=0, help="sampling seed of every run (default 0)")
-    p.add_argument(
-        "--official-repeats",
-        type=int,
-        default=1,
-        help="timed runs of the (slow, ~1 s per frame) official generate (default 1)",
-    )
-    p.add_argument("--no-official", action="store_true", help="skip the official generate")
-    p.add_argument(
-        "--reference-python",
-        type=Path,
-        default=None,
-        help="interpreter with qwen-tts (default: $REFERENCE_PYTHON or "
-        "build/reference-venv/bin/python)",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    _add_official_args(p, "the (slow, ~1 s per frame) official generate", 1)
     p.set_defaults(func=bench_generate)
 
 
