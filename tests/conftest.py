@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,21 +25,23 @@ def ref_codes(model: str, name: str) -> np.ndarray:
     return np.ascontiguousarray(ref_array(model, name).T)
 
 
+def _convert_each(
+    factory: pytest.TempPathFactory, name: str, convert_part: Callable[[Path, Path, str], Path]
+) -> dict[str, Path]:
+    """`name` (f32) of each reference model, converted once per test session."""
+    return {
+        model: convert_part(REFERENCE / model / "model", factory.mktemp(model) / name, "f32")
+        for model in REFERENCE_MODELS
+    }
+
+
 @pytest.fixture(scope="session")
 def decoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """decoder.gguf (f32) of each reference model."""
-    out = {}
-    for model in REFERENCE_MODELS:
-        path = tmp_path_factory.mktemp(model) / "decoder.gguf"
-        out[model] = convert_decoder(REFERENCE / model / "model", path, "f32")
-    return out
+    return _convert_each(tmp_path_factory, "decoder.gguf", convert_decoder)
 
 
 @pytest.fixture(scope="session")
 def talker_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """talker.gguf (f32) of each reference model."""
-    out = {}
-    for model in REFERENCE_MODELS:
-        path = tmp_path_factory.mktemp(model) / "talker.gguf"
-        out[model] = convert_talker(REFERENCE / model / "model", path, "f32")
-    return out
+    return _convert_each(tmp_path_factory, "talker.gguf", convert_talker)

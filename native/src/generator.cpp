@@ -166,7 +166,7 @@ struct GenerationSession::State {
     // the text: its first token with C(bos) (streaming) or all of it (non-streaming).
     void assemble_prompt(const std::vector<int32_t> &codec) {
         const TalkerHParams &hp = m.hp;
-        const int64_t d = hp.talker.hidden_size, n = (int64_t)ids.size();
+        const int64_t d = hp.talker.hidden_size;
         const int32_t pad = (int32_t)hp.tts_pad_id, bos = (int32_t)hp.tts_bos_id,
                       eos = (int32_t)hp.tts_eos_id;
         // One text-projection pass over every text row the generation will use.
@@ -197,7 +197,6 @@ struct GenerationSession::State {
                 trailing.insert(trailing.end(), row(i_body + i), row(i_body + i) + d);
             trailing.insert(trailing.end(), row(i_eos), row(i_eos) + d);
         }
-        (void)n;
     }
 
     // K/V of the voice rows: from the generator's cache, or computed now and stored there.

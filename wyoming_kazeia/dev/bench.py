@@ -334,6 +334,14 @@ def add_decoder_parser(subparsers: Any) -> None:
     p.set_defaults(func=bench_decoder)
 
 
+def _print_result(
+    result: dict[str, Any], table: Callable[[dict[str, Any]], str], as_json: bool
+) -> int:
+    """The bench's output on stdout: one JSON object, or the markdown table."""
+    sys.stdout.write((json.dumps(result, indent=1) if as_json else table(result)) + "\n")
+    return 0
+
+
 def _add_official_args(p: argparse.ArgumentParser, what: str, repeats: int) -> None:
     """The options of a row measured with the official implementation, and --json."""
     p.add_argument(
@@ -470,11 +478,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
         "max_abs_diff": diffs,
         "targets": targets,
     }
-    if args.json:
-        sys.stdout.write(json.dumps(result, indent=1) + "\n")
-    else:
-        sys.stdout.write(decoder_table(result) + "\n")
-    return 0
+    return _print_result(result, decoder_table, args.json)
 
 
 def _run_official(
@@ -827,11 +831,7 @@ def bench_generate(args: argparse.Namespace) -> int:
         "targets": targets,
         "peers_measured_elsewhere": list(PEER_FIGURES),
     }
-    if args.json:
-        sys.stdout.write(json.dumps(result, indent=1) + "\n")
-    else:
-        sys.stdout.write(generate_table(result) + "\n")
-    return 0
+    return _print_result(result, generate_table, args.json)
 
 
 def _run_official_generate(
@@ -1394,11 +1394,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         "targets": targets,
         "peers_measured_elsewhere": list(ENGINE_PEER_FIGURES),
     }
-    if args.json:
-        sys.stdout.write(json.dumps(result, indent=1) + "\n")
-    else:
-        sys.stdout.write(engine_table(result) + "\n")
-    return 0
+    return _print_result(result, engine_table, args.json)
 
 
 def _verdict(flags: dict[str, bool]) -> str:
