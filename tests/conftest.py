@@ -1,4 +1,5 @@
-"""Shared fixtures: the project's copy of the official reference data, converted once."""
+"""Shared fixtures: the project's copy of the official reference data, converted once, and a tiny
+random model for the service tests."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wyoming_kazeia.convert import convert_decoder, convert_talker
+from wyoming_kazeia.convert import convert, convert_decoder, convert_talker
+from wyoming_kazeia.dev.random_checkpoint import main as random_checkpoint
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "reference"
@@ -45,3 +47,13 @@ def decoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def talker_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """talker.gguf (f32) of each reference model."""
     return _convert_each(tmp_path_factory, "talker.gguf", convert_talker)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A converted (f32) tiny random checkpoint in the real layout: the model of the service
+    tests (server, MQTT)."""
+    root = tmp_path_factory.mktemp("tiny")
+    assert random_checkpoint([str(root / "ckpt"), "--size", "tiny", "--seed", "3", "-q"]) == 0
+    convert(root / "ckpt", root / "model", "f32")
+    return root / "model"

@@ -270,7 +270,12 @@ class Synthesis:
     def __next__(self) -> np.ndarray:
         return self._pipeline.next_chunk()
 
+    def cancel(self) -> None:
+        """Asks the synthesis to stop within one frame, without waiting (any thread)."""
+        self._pipeline.cancel()
+
     def close(self) -> None:
+        """Cancels the synthesis and waits until its threads have ended."""
         self._pipeline.close()
 
     def __del__(self) -> None:
@@ -293,15 +298,28 @@ class Engine:
                 )
         # Generator and decoder compute at the same time while streaming: their idle workers
         # yield the cores to each other ("polite" pools).
-        self.generator = Generator(
-            str(self.model_dir / "talker.gguf"), threads=self.settings.threads, polite=True
-        )
-        self.decoder = SpeechDecoder(
-            str(self.model_dir / "decoder.gguf"), threads=self.settings.decoder_threads, polite=True
-        )
+        self.generator = self._load_generator(self.settings.threads)
+        self.decoder = self._load_decoder(self.settings.decoder_threads)
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
         # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap).
         self.decoder_command = [str(tool_path("kazeia-decoder"))]
+
+    def _load_generator(self, threads: int) -> Generator:
+        return Generator(str(self.model_dir / "talker.gguf"), threads=threads, polite=True)
+
+    def _load_decoder(self, threads: int) -> SpeechDecoder:
+        return SpeechDecoder(str(self.model_dir / "decoder.gguf"), threads=threads, polite=True)
+
+    def apply_settings(self, settings: EngineSettings) -> None:
+        """Makes `settings` the defaults of the next syntheses. A thread count is fixed per
+        engine object (each owns its worker threads), so a changed one reloads that part
+        (the talker file is memory-mapped: a fraction of a second). Call it only while no
+        synthesis runs."""
+        if settings.threads != self.settings.threads:
+            self.generator = self._load_generator(settings.threads)
+        if settings.decoder_threads != self.settings.decoder_threads:
+            self.decoder = self._load_decoder(settings.decoder_threads)
+        self.settings = settings
 
     @property
     def speakers(self) -> list[str]:

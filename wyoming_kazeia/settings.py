@@ -137,6 +137,15 @@ class EngineSettings:
         ]
 
 
+def parse_setting(name: str, raw: str) -> Any:
+    """The value of setting `name` written as text (a flag or a command), validated for type
+    (range checks happen when the settings object is built)."""
+    matches = [f for f in fields(EngineSettings) if f.name == name]
+    if not matches:
+        raise SettingsError(f"unknown setting {name!r}")
+    return _parse(matches[0], raw)
+
+
 def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
     text = raw.strip()
     kind = str(f.type)

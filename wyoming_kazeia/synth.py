@@ -11,7 +11,6 @@ Metrics go to stdout (one JSON object with --json-metrics), progress to stderr.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -23,40 +22,12 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from .convert import ConversionError, convert
+from .convert import ConversionError
 from .engine import SAMPLE_RATE, Engine, EngineError
+from .models import resolve_model
 from .settings import EngineSettings, SettingsError
 
 _LOGGER = logging.getLogger(__name__)
-
-
-def is_converted(path: Path) -> bool:
-    return (path / "talker.gguf").is_file() and (path / "decoder.gguf").is_file()
-
-
-def is_checkpoint(path: Path) -> bool:
-    has_weights = (path / "model.safetensors").is_file() or (
-        path / "model.safetensors.index.json"
-    ).is_file()
-    return (path / "config.json").is_file() and has_weights
-
-
-def resolve_model(path: Path, quant: str, cache_dir: Path) -> Path:
-    """A converted model directory for `path`, converting a checkpoint on first use."""
-    if is_converted(path):
-        return path
-    if not is_checkpoint(path):
-        raise FileNotFoundError(
-            f"{path} is neither a converted model (talker.gguf + decoder.gguf) nor a Hugging "
-            "Face checkpoint (config.json + model.safetensors)"
-        )
-    stat = (path / "config.json").stat()
-    key = hashlib.sha256(f"{path.resolve()}:{stat.st_mtime_ns}:{quant}".encode()).hexdigest()[:12]
-    out = cache_dir / f"{path.resolve().name}-{quant}-{key}"
-    if not is_converted(out):
-        _LOGGER.info("converting %s into %s (%s, once)", path, out, quant)
-        convert(path, out, quant)
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

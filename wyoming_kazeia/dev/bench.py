@@ -16,6 +16,9 @@ Commands (one function per bench, ``bench_<command>``):
     total ms per frame, RSS after load and peak RSS, medians over ``--repeats``; beside it the
     official PyTorch ``generate`` (fp32) when the reference environment is installed.
 
+``server``
+    The Wyoming server over the protocol with ``wyoming-bench`` (see ``bench_server.py``).
+
 ``engine``
     The streaming engine (``Engine.synthesize``: text -> int16 PCM chunks) on the random ``0.6b``
     checkpoint (q8_0 talker, f32 decoder), a fixed number of frames: one-shot, streaming with
@@ -1906,7 +1909,6 @@ def child_main(argv: Sequence[str] | None = None) -> int:
 
 # --------------------------------------------------------------------------- main
 
-# Later benches (server) add an add_<name>_parser here.
 PARSERS: tuple[Callable[[Any], None], ...] = (
     add_decoder_parser,
     add_generate_parser,
@@ -1927,7 +1929,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stdout).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in PARSERS:
+    from .bench_server import add_server_parser  # it builds on this module's helpers
+
+    for add in (*PARSERS, add_server_parser):
         add(sub)
     args = parser.parse_args(argv)
     _setup_logging()

@@ -1,0 +1,438 @@
+"""The Wyoming server over real sockets, driven by the real wyoming client, on a tiny random model.
+
+The server runs in a thread with its own event loop (as `python -m wyoming_kazeia` runs it), so a
+test can also look at the service it serves. Audio is checked against the engine itself: the
+seed is fixed, so a voice's audio over the protocol must equal the engine's for that text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from wyoming.audio import AudioChunk, AudioStart
+from wyoming.client import AsyncClient
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeVoice,
+)
+
+from wyoming_kazeia.engine import Engine
+from wyoming_kazeia.server import serve
+from wyoming_kazeia.service import TtsService
+from wyoming_kazeia.settings import EngineSettings
+
+FRAMES = 12  # frames per synthesis: random weights never say eos
+HOP = 1920
+SAMPLES_PER_CHUNK = 1000  # not a divisor of a frame: chunks are re-cut by the server
+
+
+class ServerThread:
+    """A running server: its URI, its service; stop() ends it."""
+
+    def __init__(self, service: TtsService, uri: str) -> None:
+        self.service = service
+        self.uri = uri
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self._task: asyncio.Task[None] | None = None
+
+        async def main() -> None:
+            started = asyncio.Event()
+            self._task = asyncio.create_task(serve(service, uri, SAMPLES_PER_CHUNK, None, started))
+            await started.wait()
+            ready.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+        self._thread = threading.Thread(target=self.loop.run_until_complete, args=(main(),))
+        self._thread.start()
+        assert ready.wait(30), "server did not start"
+
+    def stop(self) -> None:
+        assert self._task is not None
+        self.loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(30)
+        self.service.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model: Path) -> Engine:
+    return Engine(tiny_model, EngineSettings(max_frames=FRAMES, seed=11))
+
+
+@pytest.fixture
+def server(engine: Engine) -> Iterator[ServerThread]:
+    engine.apply_settings(EngineSettings(max_frames=FRAMES, seed=11))
+    running = ServerThread(TtsService(engine, max_queue=8), f"tcp://127.0.0.1:{free_port()}")
+    yield running
+    running.stop()
+
+
+def engine_pcm(engine: Engine, text: str, speaker: str, language: str = "auto") -> np.ndarray:
+    chunks = list(engine.synthesize(text, speaker, language))
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
+
+
+async def exchange(uri: str, *events: Event, until: str = "audio-stop") -> list[Event]:
+    """Sends events, then reads until an event of type `until` (or an error, or the end)."""
+    async with AsyncClient.from_uri(uri) as client:
+        for event in events:
+            await client.write_event(event)
+        return await read_until(client, until)
+
+
+async def read_until(client: AsyncClient, until: str, timeout: float = 60) -> list[Event]:
+    received: list[Event] = []
+    while True:
+        event = await asyncio.wait_for(client.read_event(), timeout)
+        if event is None:
+            return received
+        received.append(event)
+        if event.type in (until, "error"):
+            return received
+
+
+def audio_of(events: list[Event]) -> np.ndarray:
+    chunks = [AudioChunk.from_event(e).audio for e in events if AudioChunk.is_type(e.type)]
+    return np.frombuffer(b"".join(chunks), np.int16)
+
+
+def check_format(events: list[Event]) -> None:
+    """Every audio event: 24 kHz, 16-bit, mono; chunks at most SAMPLES_PER_CHUNK samples."""
+    for e in events:
+        if e.type in ("audio-start", "audio-chunk"):
+            assert (e.data["rate"], e.data["width"], e.data["channels"]) == (24000, 2, 1)
+        if e.type == "audio-chunk":
+            assert 0 < len(e.payload or b"") <= SAMPLES_PER_CHUNK * 2
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# -- describe ---------------------------------------------------------------------------------
+
+
+def test_describe_lists_every_speaker_in_every_language(server: ServerThread) -> None:
+    events = run(exchange(server.uri, Describe().event(), until="info"))
+    info = Info.from_event(events[-1])
+    (program,) = info.tts
+    assert program.supports_synthesize_streaming and program.installed and program.version
+    assert program.attribution.name and program.attribution.url
+    voices = {v.name: v for v in program.voices}
+    speakers = server.service.engine.speakers
+    assert len(speakers) == 9 and len(voices) == 9 * 11  # auto + 10 languages per speaker
+    for speaker in speakers:
+        assert len(voices[speaker].languages) == 10  # the auto voice, offered for every language
+        assert voices[f"{speaker}-fr"].languages == ["fr"]
+        assert str(voices[f"{speaker}-fr"].description).endswith("(French)")
+    assert {lang for v in voices.values() for lang in v.languages} == {
+        "zh", "en", "de", "it", "pt", "es", "ja", "ko", "fr", "ru"
+    }  # fmt: skip
+
+
+# -- one-shot ---------------------------------------------------------------------------------
+
+
+def test_synthesize_streams_the_engines_audio(server: ServerThread, engine: Engine) -> None:
+    text = "Hello there, this is a test."
+    events = run(exchange(server.uri, Synthesize(text).event()))
+    types = [e.type for e in events]
+    assert types[0] == "audio-start" and types[-1] == "audio-stop"
+    assert set(types[1:-1]) == {"audio-chunk"} and len(types) > 3
+    check_format(events)
+    audio = audio_of(events)
+    assert len(audio) == FRAMES * HOP
+    # The default voice is the first speaker in automatic language.
+    assert np.array_equal(audio, engine_pcm(engine, text, engine.speakers[0]))
+
+
+def test_voice_carries_speaker_and_language(server: ServerThread, engine: Engine) -> None:
+    text = "Bonjour tout le monde."
+    french = audio_of(
+        run(exchange(server.uri, Synthesize(text, SynthesizeVoice("ryan-fr")).event()))
+    )
+    assert np.array_equal(french, engine_pcm(engine, text, "ryan", "french"))
+    assert not np.array_equal(french, engine_pcm(engine, text, "ryan", "auto"))
+    # A speaker field (Home Assistant's speaker option) picks the speaker, the voice the language.
+    voice = SynthesizeVoice("ryan-fr", speaker="sohee")
+    sohee = audio_of(run(exchange(server.uri, Synthesize(text, voice).event())))
+    assert np.array_equal(sohee, engine_pcm(engine, text, "sohee", "french"))
+    # A language alone (other Wyoming clients): the default speaker in that language.
+    by_language = SynthesizeVoice(language="fr-FR")
+    default = audio_of(run(exchange(server.uri, Synthesize(text, by_language).event())))
+    assert np.array_equal(default, engine_pcm(engine, text, engine.speakers[0], "french"))
+
+
+def test_first_audio_arrives_long_before_the_end(server: ServerThread) -> None:
+    server.service.update_settings(max_frames=300)
+
+    async def go() -> tuple[float, float, int]:
+        async with AsyncClient.from_uri(server.uri) as client:
+            t0 = time.monotonic()
+            await client.write_event(Synthesize("A long sentence to speak.").event())
+            events = []
+            first = 0.0
+            while True:
+                event = await client.read_event()
+                assert event is not None
+                events.append(event)
+                if event.type == "audio-chunk" and not first:
+                    first = time.monotonic() - t0
+                if event.type == "audio-stop":
+                    return first, time.monotonic() - t0, len(audio_of(events))
+
+    first, total, samples = run(go())
+    assert samples == 300 * HOP
+    assert first < total / 5, (first, total)
+
+
+def test_empty_text_is_start_and_stop(server: ServerThread) -> None:
+    events = run(exchange(server.uri, Synthesize("  ").event()))
+    assert [e.type for e in events] == ["audio-start", "audio-stop"]
+
+
+def test_long_text_is_spoken_completely_in_order(server: ServerThread, engine: Engine) -> None:
+    server.service.update_settings(max_frames=1)
+    engine.apply_settings(server.service.settings)
+    sentences = [f"Sentence number {i} of a long text about the weather." for i in range(400)]
+    text = " ".join(sentences)
+    assert len(text.encode()) > 20_000
+    events = run(exchange(server.uri, Synthesize(text).event()))
+    assert [e.type for e in events].count("audio-start") == 1
+    audio = audio_of(events)
+    # Every sentence, in order: the concatenation of the engine's audio for each one.
+    expected = np.concatenate([engine_pcm(engine, s, engine.speakers[0]) for s in sentences])
+    assert len(audio) == 400 * HOP
+    assert np.array_equal(audio, expected)
+
+
+# -- streaming text ---------------------------------------------------------------------------
+
+
+def test_streaming_text_speaks_each_sentence_as_it_completes(
+    server: ServerThread, engine: Engine
+) -> None:
+    voice = SynthesizeVoice("vivian-en")
+
+    async def go() -> list[Event]:
+        async with AsyncClient.from_uri(server.uri) as client:
+            await client.write_event(SynthesizeStart(voice=voice).event())
+            await client.write_event(SynthesizeChunk("Hello world. How ar").event())
+            # The first sentence is spoken while the rest of the text has not been sent yet.
+            first = await read_until(client, "audio-stop")
+            for piece in ("e you today? I am", " fine, thanks"):
+                await client.write_event(SynthesizeChunk(piece).event())
+            # The full text, as Home Assistant sends it inside a stream: ignored.
+            await client.write_event(Synthesize("Hello world. How are you today?").event())
+            await client.write_event(SynthesizeStop().event())
+            return first + await read_until(client, "synthesize-stopped")
+
+    events = run(go())
+    types = [e.type for e in events]
+    assert types[-1] == "synthesize-stopped" and "error" not in types
+    assert types.count("audio-start") == types.count("audio-stop") == 3
+    check_format(events)
+    # Per sentence, the engine's audio for that sentence.
+    starts = [i for i, t in enumerate(types) if t == "audio-start"]
+    stops = [i for i, t in enumerate(types) if t == "audio-stop"]
+    sentences = ["Hello world.", "How are you today?", "I am fine, thanks"]
+    for a, b, sentence in zip(starts, stops, sentences, strict=True):
+        audio = audio_of(events[a:b])
+        assert np.array_equal(audio, engine_pcm(engine, sentence, "vivian", "english"))
+
+
+# -- never block, never lose ------------------------------------------------------------------
+
+
+def test_describe_answers_fast_during_a_synthesis(server: ServerThread) -> None:
+    server.service.update_settings(max_frames=1000)
+
+    async def go() -> list[float]:
+        async with AsyncClient.from_uri(server.uri) as speaking:
+            await speaking.write_event(Synthesize("Keep the engine busy.").event())
+            first = await speaking.read_event()
+            assert first is not None and AudioStart.is_type(first.type)
+            await speaking.read_event()  # audio flows: the engine is synthesizing
+            latencies = []
+            for _ in range(5):
+                t0 = time.monotonic()
+                events = await exchange(server.uri, Describe().event(), until="info")
+                assert events[-1].type == "info"
+                latencies.append(time.monotonic() - t0)
+            assert server.service.status.state == "synthesizing"
+            return latencies
+
+    latencies = run(go())
+    assert sorted(latencies)[2] < 0.1, latencies
+
+
+def test_concurrent_clients_each_get_their_own_audio(server: ServerThread, engine: Engine) -> None:
+    requests = [
+        ("First client speaking.", "vivian"),
+        ("Second client here.", "ryan-en"),
+        ("Third one.", "sohee-ko"),
+        ("And the fourth client.", "eric-zh"),
+    ]
+
+    async def go() -> list[list[Event]]:
+        return await asyncio.gather(
+            *(exchange(server.uri, Synthesize(t, SynthesizeVoice(v)).event()) for t, v in requests)
+        )
+
+    results = run(go())
+    catalog = server.service.voices
+    for (text, voice), events in zip(requests, results, strict=True):
+        assert [e.type for e in events][-1] == "audio-stop"
+        speaker, language = catalog.resolve(voice)
+        assert np.array_equal(audio_of(events), engine_pcm(engine, text, speaker, language))
+
+
+def test_over_the_queue_bound_is_an_error_not_a_hang(engine: Engine) -> None:
+    engine.apply_settings(EngineSettings(max_frames=300, seed=11))
+    running = ServerThread(TtsService(engine, max_queue=0), f"tcp://127.0.0.1:{free_port()}")
+    try:
+
+        async def go() -> tuple[list[Event], list[Event]]:
+            async with AsyncClient.from_uri(running.uri) as first:
+                await first.write_event(Synthesize("The engine is busy with me.").event())
+                started = await read_until(first, "audio-chunk")
+                refused = await exchange(running.uri, Synthesize("Me too?").event())
+                return started + await read_until(first, "audio-stop"), refused
+
+        served, refused = run(go())
+        assert served[-1].type == "audio-stop" and len(audio_of(served)) == 300 * HOP
+        assert [e.type for e in refused] == ["error"]
+        assert refused[0].data["code"] == "server-busy"
+    finally:
+        running.stop()
+
+
+def test_disconnect_cancels_the_synthesis(server: ServerThread) -> None:
+    server.service.update_settings(max_frames=2000)  # ~6 s if it kept running
+
+    async def go() -> None:
+        client = AsyncClient.from_uri(server.uri)
+        await client.connect()
+        await client.write_event(Synthesize("Nobody will listen to the end.").event())
+        await read_until(client, "audio-chunk")
+        await client.disconnect()
+
+    served = server.service.status.served
+    run(go())
+    deadline = time.monotonic() + 2
+    while server.service.status.state != "idle" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.service.status.state == "idle"
+    assert server.service.status.served == served  # cancelled, not completed
+    assert not [t for t in threading.enumerate() if t.name.startswith("kazeia-gen")]
+    # The engine is free at once for the next request.
+    server.service.update_settings(max_frames=FRAMES)
+    events = run(exchange(server.uri, Synthesize("Next.").event()))
+    assert len(audio_of(events)) == FRAMES * HOP
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_unknown_voice_or_speaker_is_an_error_and_the_server_goes_on(server: ServerThread) -> None:
+    async def go() -> tuple[list[Event], list[Event], list[Event]]:
+        async with AsyncClient.from_uri(server.uri) as client:
+            await client.write_event(Synthesize("Hi.", SynthesizeVoice("nobody")).event())
+            bad_voice = await read_until(client, "audio-stop")
+            await client.write_event(
+                Synthesize("Hi.", SynthesizeVoice("vivian", speaker="x")).event()
+            )
+            bad_speaker = await read_until(client, "audio-stop")
+            # The same connection still serves.
+            await client.write_event(Synthesize("Hi.").event())
+            return bad_voice, bad_speaker, await read_until(client, "audio-stop")
+
+    bad_voice, bad_speaker, good = run(go())
+    assert [e.type for e in bad_voice] == ["error"]
+    assert bad_voice[0].data["code"] == "voice-not-found"
+    assert "vivian-fr" in bad_voice[0].data["text"] and "nobody" in bad_voice[0].data["text"]
+    assert [e.type for e in bad_speaker] == ["error"] and "ryan" in bad_speaker[0].data["text"]
+    assert good[-1].type == "audio-stop"
+
+
+async def raw_exchange(uri: str, data: bytes) -> tuple[list[dict[str, Any]], bool]:
+    """Writes raw bytes; returns the event headers received and whether the server closed."""
+    host, port = uri.removeprefix("tcp://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(data)
+    await writer.drain()
+    headers: list[dict[str, Any]] = []
+    try:
+        while True:
+            line = await asyncio.wait_for(reader.readline(), 5)
+            if not line:
+                return headers, True
+            header = json.loads(line)
+            if header.get("data_length"):
+                header["data"] = json.loads(await reader.readexactly(header["data_length"]))
+            headers.append(header)
+    except TimeoutError:
+        return headers, False
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"this is not json\n",
+        b'["a list"]\n',
+        b'{"type": "synthesize", "data": {"voice": 3}}\n',
+        b'{"type": "synthesize", "data_length": 5}\nabcde',
+        b'{"type": "x", "payload_length": 999999999}\n',
+        b'{"type": "x", "data_length": 999999999}\n',
+        b'{"type": "' + b"x" * 100_000 + b'"}\n',
+        b'{"type": "synthesize-chunk", "data": {"text": "no stream"}}\n',
+    ],
+    ids=["not-json", "not-object", "bad-field", "bad-data", "payload", "data", "header", "order"],
+)
+def test_malformed_input_is_an_error_and_closes_only_that_connection(
+    server: ServerThread, data: bytes
+) -> None:
+    async def go() -> tuple[list[dict[str, Any]], bool, list[Event]]:
+        async with AsyncClient.from_uri(server.uri) as bystander:
+            headers, closed = await raw_exchange(server.uri, data)
+            await bystander.write_event(Describe().event())
+            return headers, closed, await read_until(bystander, "info")
+
+    headers, closed, other = run(go())
+    assert [h["type"] for h in headers] == ["error"] and closed
+    assert headers[0]["data"]["code"] == "bad-request"
+    assert other[-1].type == "info"
+
+
+def test_unix_socket(engine: Engine, tmp_path: Path) -> None:
+    engine.apply_settings(EngineSettings(max_frames=FRAMES, seed=11))
+    running = ServerThread(TtsService(engine), f"unix://{tmp_path / 'tts.sock'}")
+    try:
+        events = run(exchange(running.uri, Synthesize("Over a unix socket.").event()))
+        assert len(audio_of(events)) == FRAMES * HOP
+    finally:
+        running.stop()

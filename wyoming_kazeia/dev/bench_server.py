@@ -1,0 +1,220 @@
+"""``script/bench server``: the Wyoming server over the protocol, measured by ``wyoming-bench``.
+
+Starts ``python -m wyoming_kazeia`` on a free loopback port with the random ``0.6b`` checkpoint
+(q8_0 talker, f32 decoder, cached like the other benches), runs ``wyoming-bench tts`` against it
+in both modes (one-shot ``synthesize`` and streaming ``synthesize-start/chunk/stop``) and reports
+its medians: time to first audio (TTFA, wyoming-bench's "TTFT"), total time and RTF. In the same
+run, the engine called in-process (``Engine.synthesize``, a fresh process, the same model, text,
+frames and settings; one-shot and streaming) gives the baseline of the protocol's overhead.
+
+Random weights never emit end-of-speech, so every sentence is cut at ``--frames`` frames (80 ms
+each): the audio length per sentence is fixed, as a real model's would be for a short sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .bench import (
+    REPO_ROOT,
+    BenchError,
+    _engine_row_cmd,
+    _loadavg,
+    _print_result,
+    default_cache_dir,
+    ensure_engine_dir,
+    logger,
+    machine_info,
+    machine_line,
+    run_json_child,
+)
+
+TEXTS = [
+    "The living room lights are now on.",
+    "It is twenty one degrees inside and the forecast says light rain this evening.",
+]
+
+
+def add_server_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "server",
+        help="the Wyoming server over the protocol (wyoming-bench): TTFA and RTF",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--cache-dir", type=Path, default=default_cache_dir())
+    p.add_argument("--model-dir", type=Path, help="a converted model instead of the random one")
+    p.add_argument("--frames", type=int, default=40, help="frames per sentence (default 40)")
+    p.add_argument("--stream-chunk", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=bench_server)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchError(f"the server exited with {proc.returncode} (see its log)")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise BenchError("the server did not start listening")
+
+
+def parse_wyoming_bench(text: str) -> dict[str, dict[str, float]]:
+    """{mode: {ttfa_ms, total_ms, rtf, audio_s, ok, fail}} from wyoming-bench's report (the
+    medians of its per-mode blocks)."""
+    result: dict[str, dict[str, float]] = {}
+    mode = None
+    for line in text.splitlines():
+        header = re.match(r"\[(non_streaming|streaming)\] ok=(\d+) fail=(\d+)", line)
+        if header:
+            mode = header.group(1)
+            result[mode] = {"ok": int(header.group(2)), "fail": int(header.group(3))}
+            continue
+        if mode is None:
+            continue
+        row = re.match(r"\s+(TTFT \(ms\)|Total \(ms\)|RTF \(x\))\s+([\d.\s]+)$", line)
+        if row:
+            median = float(row.group(2).split()[2])  # min mean median p95 max
+            key = {"TTFT (ms)": "ttfa_ms", "Total (ms)": "total_ms", "RTF (x)": "rtf"}
+            result[mode][key[row.group(1)]] = median
+        audio = re.match(r"\s+Audio\s+mean=([\d.]+)s", line)
+        if audio:
+            result[mode]["audio_s"] = float(audio.group(1))
+            mode = None
+    return result
+
+
+def bench_server(args: argparse.Namespace) -> int:
+    machine = machine_info()
+    model = args.model_dir or ensure_engine_dir(args.cache_dir, "0.6b", "q8_0")
+    port = _free_port()
+    log_path = args.cache_dir / "server-bench.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "wyoming_kazeia",
+        "--uri",
+        f"tcp://127.0.0.1:{port}",
+        "--model",
+        str(model),
+        "--data-dir",
+        str(args.cache_dir),
+        "--max-frames",
+        str(args.frames),
+        "--stream-chunk",
+        str(args.stream_chunk),
+        "--threads",
+        str(args.threads),
+        "--decoder-threads",
+        str(args.threads),
+        "--seed",
+        "0",
+    ]
+    logger.info("starting the server (log: %s)", log_path)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=REPO_ROOT)
+        try:
+            _wait_for_port(port, proc)
+            bench = [
+                str(Path(sys.executable).with_name("wyoming-bench")),
+                "tts",
+                f"127.0.0.1:{port}",
+                "--mode",
+                "both",
+                "--rounds",
+                str(args.rounds),
+                "--warmup",
+                "1",
+                "--texts",
+                *TEXTS,
+            ]
+            logger.info("running %s", " ".join(bench))
+            out = subprocess.run(bench, capture_output=True, text=True, timeout=3600)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    if out.returncode != 0:
+        raise BenchError(f"wyoming-bench failed: {out.stderr.strip()[-500:]}")
+    modes = parse_wyoming_bench(out.stdout)
+    if set(modes) != {"non_streaming", "streaming"}:
+        raise BenchError(f"unexpected wyoming-bench output:\n{out.stdout}")
+    engine_rows = {}
+    for mode, chunk in (("non_streaming", 0), ("streaming", args.stream_chunk)):
+        row = argparse.Namespace(
+            threads=args.threads,
+            decoder_threads=args.threads,
+            frames=args.frames,
+            seed=0,
+            text=TEXTS[1],
+            speaker="vivian",
+            language="auto",
+        )
+        out_npy = args.cache_dir / "server-bench-engine.npy"
+        cmd = _engine_row_cmd(row, model, chunk, False, args.rounds, out_npy)
+        engine_rows[mode] = run_json_child(cmd, f"engine in-process, stream_chunk {chunk}")
+    machine["loadavg_at_end"] = _loadavg()
+    result = {
+        "machine": machine,
+        "model": str(model),
+        "frames_per_sentence": args.frames,
+        "stream_chunk": args.stream_chunk,
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "texts": TEXTS,
+        "modes": modes,
+        "engine": {
+            mode: {"ttfa_ms": 1e3 * r["ttfa_s"], "total_ms": 1e3 * r["total_s"], "rtf": r["rtf"]}
+            for mode, r in engine_rows.items()
+        },
+    }
+    return _print_result(result, server_table, args.json)
+
+
+def server_table(result: dict[str, Any]) -> str:
+    lines = [
+        machine_line(result["machine"]),
+        f"Model: {result['model']} (random weights, q8_0 talker, f32 decoder); "
+        f"{result['frames_per_sentence']} frames per sentence, stream chunk "
+        f"{result['stream_chunk']}, {result['threads']} threads; wyoming-bench medians over "
+        f"{result['rounds']} rounds x {len(result['texts'])} texts",
+        "",
+        "| mode | ok | fail | TTFA ms | total ms | audio s | RTF | engine in-process: TTFA ms "
+        "| RTF | protocol / in-process RTF |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode, m in result["modes"].items():
+        e = result["engine"][mode]
+        lines.append(
+            f"| {mode} | {m['ok']:.0f} | {m['fail']:.0f} | {m.get('ttfa_ms', 0):.0f} | "
+            f"{m.get('total_ms', 0):.0f} | {m.get('audio_s', 0):.2f} | {m.get('rtf', 0):.2f} | "
+            f"{e['ttfa_ms']:.0f} | {e['rtf']:.2f} | {m.get('rtf', 0) / e['rtf']:.2f}x |"
+        )
+    lines.append(
+        "\nThe in-process rows synthesize the second text only (a fresh process, a warm-up run, "
+        "then medians); wyoming-bench includes connection and protocol time."
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # for a quick look at a saved report: python -m ... < report.txt
+    print(json.dumps(parse_wyoming_bench(sys.stdin.read())))

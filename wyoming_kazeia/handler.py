@@ -1,0 +1,281 @@
+"""The Wyoming event handler: one per connection.
+
+Reading and speaking are separate: `run` keeps reading events (so `describe` is answered and
+`synthesize-chunk` text keeps arriving while audio is produced), and each text to speak goes,
+in order, to the connection's speaking task, which streams the audio as the engine yields it.
+
+    describe                      -> info
+    synthesize                    -> audio-start, audio-chunk*, audio-stop
+    synthesize-start              opens a stream (its voice is checked at once)
+    synthesize-chunk*             split into sentences; each one is spoken as soon as it is
+                                  complete: audio-start, audio-chunk*, audio-stop per sentence
+    synthesize (inside a stream)  ignored: it repeats the streamed text
+    synthesize-stop               the rest of the text, then synthesize-stopped
+
+A bad request (unknown voice, server busy, failed synthesis) gets an `error` and the connection
+goes on. Malformed input (a header that is not a JSON object, oversized header, data or payload,
+an event missing its fields) gets an `error` and that connection is closed. A client that
+disconnects cancels its synthesis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sentence_stream import SentenceBoundaryDetector, stream_to_sentences
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.server import AsyncEventHandler
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
+
+from .engine import SAMPLE_RATE, EngineError
+from .service import ServiceBusyError, TtsService
+from .voices import VoiceError
+
+_LOGGER = logging.getLogger(__name__)
+
+# Limits of one incoming event. A TTS request carries text only; these bound what a broken or
+# hostile client can make the server buffer. The header limit is the stream reader's.
+MAX_HEADER_BYTES = 64 * 1024
+MAX_DATA_BYTES = 1024 * 1024
+MAX_PAYLOAD_BYTES = 1024 * 1024
+
+WIDTH, CHANNELS = 2, 1
+
+
+class ProtocolError(ValueError):
+    """Malformed input: answered with an `error`, then the connection is closed."""
+
+
+async def read_event(reader: asyncio.StreamReader) -> Event | None:
+    """The next event, None at the end of the stream; ProtocolError for malformed input."""
+    try:
+        line = await reader.readline()
+    except ValueError:  # asyncio's LimitOverrunError, as readline raises it
+        raise ProtocolError(f"event header longer than {MAX_HEADER_BYTES} bytes") from None
+    except ConnectionError:
+        return None
+    if not line.endswith(b"\n"):  # end of stream, possibly inside a header
+        return None
+    try:
+        header = json.loads(line)
+    except ValueError:
+        raise ProtocolError("malformed event header: not JSON") from None
+    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+        raise ProtocolError("malformed event header: not a JSON object with a 'type'")
+    data = header.get("data") or {}
+    if not isinstance(data, dict):
+        raise ProtocolError("malformed event: 'data' is not an object")
+    data_length = _length(header, "data_length", MAX_DATA_BYTES)
+    payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
+    try:
+        if data_length:
+            try:
+                extra = json.loads(await reader.readexactly(data_length))
+            except ValueError:
+                raise ProtocolError("malformed event data: not JSON") from None
+            if not isinstance(extra, dict):
+                raise ProtocolError("malformed event data: not a JSON object")
+            data.update(extra)
+        payload = await reader.readexactly(payload_length) if payload_length else None
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    return Event(type=header["type"], data=data, payload=payload)
+
+
+def _length(header: dict[str, Any], key: str, limit: int) -> int:
+    value = header.get(key) or 0
+    if not isinstance(value, int) or value < 0:
+        raise ProtocolError(f"malformed event header: bad {key} {value!r}")
+    if value > limit:
+        raise ProtocolError(f"event {key} {value} exceeds the limit of {limit} bytes")
+    return value
+
+
+@dataclass
+class _Utterance:
+    text: str
+    voice: SynthesizeVoice | None
+
+
+_STOPPED = object()  # marks the end of a stream in the speaking queue
+
+
+class KazeiaEventHandler(AsyncEventHandler):
+    def __init__(
+        self,
+        info: Info,
+        service: TtsService,
+        samples_per_chunk: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        finish_on_eof: bool = False,
+    ) -> None:
+        super().__init__(reader, writer)
+        self.info = info
+        self.service = service
+        self.bytes_per_chunk = samples_per_chunk * WIDTH * CHANNELS
+        # stdio: the input ends after the last request, and its answers must still go out.
+        self.finish_on_eof = finish_on_eof
+        self._to_speak: asyncio.Queue[Any] = asyncio.Queue()
+        self._speaking: asyncio.Task[None] | None = None
+        self._stream: SentenceBoundaryDetector | None = None
+        self._stream_voice: SynthesizeVoice | None = None
+        self._stream_ok = False
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    event = await read_event(self.reader)
+                except ProtocolError as err:
+                    _LOGGER.warning("closing connection: %s", err)
+                    await self._error(str(err), "bad-request")
+                    break
+                if event is None:
+                    if self.finish_on_eof and self._speaking is not None:
+                        self._to_speak.put_nowait(None)
+                        await self._speaking
+                    break
+                if not await self.handle_event(event):
+                    break
+        except ConnectionError:
+            pass
+        finally:
+            await self.disconnect()
+            self.writer.close()
+
+    async def disconnect(self) -> None:
+        if self._speaking is not None:
+            self._speaking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._speaking
+
+    async def handle_event(self, event: Event) -> bool:
+        try:
+            return await self._handle(event)
+        except ProtocolError as err:
+            _LOGGER.warning("closing connection: %s", err)
+            await self._error(str(err), "bad-request")
+            return False
+
+    async def _handle(self, event: Event) -> bool:
+        if Describe.is_type(event.type):
+            await self.write_event(self.info.event())
+        elif SynthesizeStart.is_type(event.type):
+            start = _parse(SynthesizeStart, event)
+            self._stream, self._stream_voice = SentenceBoundaryDetector(), start.voice
+            # Check the voice now: one error for the stream, not one per sentence.
+            self._stream_ok = await self._check_voice(start.voice)
+        elif SynthesizeChunk.is_type(event.type):
+            chunk = _parse(SynthesizeChunk, event)
+            if self._stream is None:
+                raise ProtocolError("synthesize-chunk outside a synthesize-start/stop stream")
+            for sentence in self._stream.add_chunk(chunk.text):
+                self._speak(sentence, self._stream_voice)
+        elif Synthesize.is_type(event.type):
+            request = _parse(Synthesize, event)
+            # Inside a stream it repeats the streamed text: ignored.
+            if self._stream is None and await self._check_voice(request.voice):
+                self._speak(request.text, request.voice, always=True)
+        elif SynthesizeStop.is_type(event.type):
+            if self._stream is None:
+                raise ProtocolError("synthesize-stop without synthesize-start")
+            self._speak(self._stream.finish(), self._stream_voice)
+            self._stream = None
+            self._queue(_STOPPED)
+        else:
+            _LOGGER.debug("ignoring event %s", event.type)
+        return True
+
+    async def _check_voice(self, voice: SynthesizeVoice | None) -> bool:
+        try:
+            self.service.resolve_voice(*_voice_parts(voice))
+        except VoiceError as err:
+            await self._error(str(err), "voice-not-found")
+            return False
+        return True
+
+    def _speak(self, text: str, voice: SynthesizeVoice | None, always: bool = False) -> None:
+        """Queues a text; inside a stream, empty sentences and a refused voice say nothing."""
+        if always or (self._stream_ok and text.strip()):
+            self._queue(_Utterance(text, voice))
+
+    def _queue(self, item: Any) -> None:
+        self._to_speak.put_nowait(item)
+        if self._speaking is None:
+            self._speaking = asyncio.create_task(self._speak_all(), name="kazeia speaking")
+
+    async def _speak_all(self) -> None:
+        """The connection's speaking task: texts in arrival order, one at a time."""
+        while True:
+            item = await self._to_speak.get()
+            if item is None:  # end of input (stdio)
+                return
+            if item is _STOPPED:
+                await self.write_event(SynthesizeStopped().event())
+                continue
+            await self._say(item)
+
+    async def _say(self, utterance: _Utterance) -> None:
+        """One audio-start/stop pair. A long text is spoken sentence by sentence (the model is
+        trained on sentences; the first one's audio comes sooner), in order, in one stream."""
+        started = False
+        pending = b""
+        try:
+            sentences = list(stream_to_sentences([utterance.text])) or [""]
+            for i, sentence in enumerate(sentences):
+                audio = self.service.synthesize(sentence, *_voice_parts(utterance.voice))
+                async with contextlib.aclosing(audio):
+                    if i == 0:
+                        await self.write_event(AudioStart(SAMPLE_RATE, WIDTH, CHANNELS).event())
+                        started = True
+                    async for pcm in audio:
+                        pending += pcm
+                        # Whole events of samples_per_chunk; the rest waits for more audio.
+                        cut = len(pending) - len(pending) % self.bytes_per_chunk
+                        for at in range(0, cut, self.bytes_per_chunk):
+                            await self._audio_chunk(pending[at : at + self.bytes_per_chunk])
+                        pending = pending[cut:]
+            if pending:
+                await self._audio_chunk(pending)
+            await self.write_event(AudioStop().event())
+        except (VoiceError, ServiceBusyError, EngineError) as err:
+            code = {VoiceError: "voice-not-found", ServiceBusyError: "server-busy"}
+            if started:  # audio already begun: close it so the client's WAV stays valid
+                await self.write_event(AudioStop().event())
+            await self._error(str(err), code.get(type(err), "synthesis-failed"))
+
+    async def _audio_chunk(self, data: bytes) -> None:
+        await self.write_event(AudioChunk(SAMPLE_RATE, WIDTH, CHANNELS, data).event())
+
+    async def _error(self, text: str, code: str) -> None:
+        with contextlib.suppress(ConnectionError):
+            await self.write_event(Error(text=text, code=code).event())
+
+
+def _voice_parts(voice: SynthesizeVoice | None) -> tuple[str | None, str | None, str | None]:
+    if voice is None:
+        return None, None, None
+    return voice.name, voice.speaker, voice.language
+
+
+def _parse(kind: Any, event: Event) -> Any:
+    try:
+        return kind.from_event(event)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ProtocolError(f"malformed {event.type} event: {err!r}") from None

@@ -1,0 +1,107 @@
+"""Voices as the Wyoming service advertises them: every speaker, in automatic language and in
+each of the model's languages.
+
+Home Assistant never sends a language: it lists the voices whose `languages` contain the
+pipeline's language and sends the chosen voice's name. So a voice name carries both the speaker
+and the language id the model is given:
+
+    vivian        speaker vivian, automatic language (languages: every language code)
+    vivian-fr     speaker vivian, the model's "french" language id (languages: ["fr"])
+
+Speaker names may contain "_" (uncle_fu), never "-", so the name splits unambiguously. Dialect
+entries of the model's language table (beijing_dialect, ...) are not voices of their own: the
+engine applies a speaker's dialect by itself when the language is Chinese or automatic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The model's language names -> the codes Home Assistant uses for pipeline languages.
+LANGUAGE_CODES = {
+    "chinese": "zh",
+    "english": "en",
+    "german": "de",
+    "italian": "it",
+    "portuguese": "pt",
+    "spanish": "es",
+    "japanese": "ja",
+    "korean": "ko",
+    "french": "fr",
+    "russian": "ru",
+}
+
+
+class VoiceError(ValueError):
+    """An unknown voice, speaker or language; the message lists the valid ones."""
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    speaker: str
+    language: str  # a model language name, or "auto"
+    codes: tuple[str, ...]  # the language codes Home Assistant may select this voice for
+
+    @property
+    def description(self) -> str:
+        speaker = self.speaker.replace("_", " ").title()
+        if self.language == "auto":
+            return f"{speaker} (automatic language)"
+        return f"{speaker} ({self.language.title()})"
+
+
+class VoiceCatalog:
+    """The voices of one model, and the resolution of a Wyoming voice request."""
+
+    def __init__(self, speakers: list[str], languages: list[str]) -> None:
+        self.speakers = list(speakers)
+        # Dialects are chosen by the engine through the speaker (see the module docstring).
+        self.languages = [lang for lang in languages if not lang.endswith("_dialect")]
+        all_codes = tuple(LANGUAGE_CODES.get(lang, lang) for lang in self.languages)
+        self.voices: list[Voice] = []
+        for speaker in self.speakers:
+            self.voices.append(Voice(speaker, speaker, "auto", all_codes))
+            for lang, code in zip(self.languages, all_codes, strict=True):
+                self.voices.append(Voice(f"{speaker}-{code}", speaker, lang, (code,)))
+        self._by_name = {v.name: v for v in self.voices}
+        self._language_by_code = {
+            **{lang: lang for lang in self.languages},
+            **dict(zip(all_codes, self.languages, strict=True)),
+            "auto": "auto",
+        }
+
+    def get(self, name: str) -> Voice:
+        voice = self._by_name.get(name.strip().lower())
+        if voice is None:
+            raise VoiceError(f"unknown voice {name!r}; valid voices: {', '.join(self._by_name)}")
+        return voice
+
+    def resolve(
+        self,
+        name: str | None,
+        speaker: str | None = None,
+        language: str | None = None,
+        default: str | None = None,
+    ) -> tuple[str, str]:
+        """(speaker, model language) for a request's voice name, speaker and language; unset
+        parts come from the voice `default` (or the first speaker, automatic language)."""
+        voice = self.get(name or default or self.speakers[0])
+        chosen_speaker, chosen_language = voice.speaker, voice.language
+        if speaker:
+            chosen_speaker = speaker.strip().lower()
+            if chosen_speaker not in self.speakers:
+                raise VoiceError(
+                    f"unknown speaker {speaker!r}; valid speakers: {', '.join(self.speakers)}"
+                )
+        if language:
+            # "fr", "fr-FR", "fr_FR", "french": the part before the region decides.
+            key = language.strip().lower().replace("_", "-")
+            found = self._language_by_code.get(key) or self._language_by_code.get(key.split("-")[0])
+            if found is None:
+                raise VoiceError(
+                    f"unknown language {language!r}; valid languages: auto, "
+                    + ", ".join(f"{LANGUAGE_CODES.get(x, x)} ({x})" for x in self.languages)
+                )
+            chosen_language = found
+        return chosen_speaker, chosen_language
