@@ -310,6 +310,7 @@ PYBIND11_MODULE(_native, m) {
             d["arch"] = DECODER_ARCH;
             d["format_version"] = DECODER_FORMAT_VERSION;
             d["format_version_key"] = DECODER_KEY_FORMAT_VERSION;
+            d["conv_panel"] = DECODER_CONV_PANEL;
             py::list keys;
             for (const MetaKey &k : decoder_meta_keys()) {
                 py::dict e;

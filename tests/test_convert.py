@@ -180,18 +180,35 @@ def test_truncated_safetensors(tmp_path: Path) -> None:
         convert(ckpt, tmp_path / "out")
 
 
-def test_f16_type_halves_matrices(tmp_path: Path) -> None:
+@pytest.mark.parametrize("out_type", ["f16", "q8_0", "q4_k"])
+def test_decoder_gemm_matrices_are_f16_below_f32(tmp_path: Path, out_type: str) -> None:
+    """Any type but f32 stores the decoder matrices its GEMM runs as f16, and nothing else."""
+    out = convert_decoder(TINY, tmp_path / "decoder.gguf", out_type)
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(out).tensors}
+    F16, F32 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32
+    assert types["dec.voc.blk.0.res.0.conv1.weight"] == F16
+    assert types["dec.rvq_first.out.weight"] == F16
+    assert types["dec.voc.blk.0.res.0.conv1.bias"] == F32
+    assert types["dec.rvq.codebook.0"] == F32
+    # Output width 8 (tiny): not a multiple of the GEMM panel, so ggml runs it: kept f32.
+    assert types["dec.voc.blk.2.res.0.conv1.weight"] == F32
+    assert sum(t == F16 for t in types.values()) > 20
+
+
+def test_f16_decoder_streams_exactly_and_stays_close_to_f32(tmp_path: Path) -> None:
     out = convert_decoder(TINY, tmp_path / "decoder.gguf", "f16")
-    reader = gguf.GGUFReader(out)
-    types = {t.name: t.tensor_type for t in reader.tensors}
-    assert types["dec.voc.blk.0.res.0.conv1.weight"] == gguf.GGMLQuantizationType.F16
-    assert types["dec.voc.blk.0.res.0.conv1.bias"] == gguf.GGMLQuantizationType.F32
-    assert types["dec.rvq.codebook.0"] == gguf.GGMLQuantizationType.F32
-    codes = ref_codes("tiny-0.6b", "dec_codes")[:20]
+    codes = ref_codes("tiny-0.6b", "dec_codes_long")
     f32 = SpeechDecoder(str(convert_decoder(TINY, tmp_path / "f32.gguf")), threads=1).decode(codes)
-    f16 = SpeechDecoder(str(out), threads=1).decode(codes)
-    err = np.abs(f16 - f32).max()
-    assert 0 < err < 2e-2
+    decoder = SpeechDecoder(str(out), threads=2)
+    f16 = decoder.decode(codes)
+    # f16 weights, f32 math: streaming is as exact as with f32 weights (activations stay f32).
+    stream = decoder.stream()
+    pushed = np.concatenate([stream.push(codes[i : i + 3]) for i in range(0, len(codes), 3)])
+    assert np.abs(pushed - f16).max() < 1e-4
+    # Weight rounding only (2^-11 relative). Random tiny weights amplify it more than trained
+    # ones (full-size random 0.6b: 46 dB): bound the error energy at 30 dB below the signal.
+    snr_db = 10 * np.log10(np.sum(f32**2) / np.sum((f16 - f32) ** 2))
+    assert 30 < snr_db < 120, snr_db
 
 
 def test_cli_main(tmp_path: Path) -> None:

@@ -366,11 +366,15 @@ def convert_decoder(checkpoint_dir: Path, out_path: Path, out_type: str = "f32")
     kinds = {k["key"]: k["type"] for k in arch["meta_keys"]}
     metadata += [(key, value, kinds[key]) for key, value in hparams.items()]
 
-    # The decoder is compute-bound (~62 GFLOP per second of audio): quantizing it would save
-    # memory but no time and cost quality, so only --type f16 changes it (its matrices).
+    # The decoder is compute-bound (~62 GFLOP per second of audio): quantizing it to 8 or 4
+    # bits would cost quality for no speed. Any --type but f32 stores its GEMM matrices as f16:
+    # half the memory, and half the bytes a streamed frame reads (each push reads every
+    # weight); the GEMM widens them to f32, so activations stay f32. Other tensors stay f32.
+    panel = arch["conv_panel"]
+
     def qtype(spec: dict[str, Any]) -> str:
-        matrix = spec["transform"] in ("linear", "conv", "trans_conv")
-        return "f16" if out_type == "f16" and matrix else "f32"
+        gemm = spec["transform"] in ("linear", "conv", "trans_conv") and spec["ne"][1] % panel == 0
+        return "f16" if out_type != "f32" and gemm else "f32"
 
     tensors = [_OutTensor(s["name"], tuple(reversed(s["ne"])), qtype(s)) for s in specs]
     total = _write_gguf(out_path, arch["arch"], metadata, tensors, lambda i: _apply(specs[i], ckpt))

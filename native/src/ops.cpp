@@ -93,8 +93,20 @@ int64_t k_block(int64_t in) {
     return in <= KC_MAX ? in : 1;
 }
 
+// Weights are f32 or f16 (half the bytes to stream: a streamed frame reads every weight once).
+inline float to_f32(float v) { return v; }
+inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
+
+#if defined(__AVX2__) && defined(__FMA__)
+inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const ggml_fp16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+#endif
+
 // acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and 6 columns.
-inline void micro_kernel(const float *a, const float *const b[NR], int64_t kc,
+template <typename T>
+inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
                          float acc[NR][CONV_PANEL]) {
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
@@ -105,7 +117,7 @@ inline void micro_kernel(const float *a, const float *const b[NR], int64_t kc,
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
     const float *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3], *b4 = b[4], *b5 = b[5];
     for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
-        const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+        const __m256 a0 = load8(a), a1 = load8(a + 8);
         __m256 v = _mm256_broadcast_ss(b0 + k);
         c00 = _mm256_fmadd_ps(a0, v, c00);
         c01 = _mm256_fmadd_ps(a1, v, c01);
@@ -136,18 +148,18 @@ inline void micro_kernel(const float *a, const float *const b[NR], int64_t kc,
         for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] = 0.0f;
     for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL)
         for (int64_t j = 0; j < NR; ++j)
-            for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] += a[r] * b[j][k];
+            for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] += to_f32(a[r]) * b[j][k];
 #endif
 }
 
-void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
-    const auto *p = static_cast<const ConvGemmParams *>(userdata);
+template <typename T>
+void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
     const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
     const int64_t in = x->ne[0], out = dst->ne[0], len = dst->ne[1];
     const int64_t K = w->ne[0], kc = k_block(in);
     const size_t tap_stride = (size_t)(p->dilation * in);
     const auto *xd = static_cast<const float *>(x->data);
-    const auto *wd = static_cast<const float *>(w->data);
+    const auto *wd = static_cast<const T *>(w->data);
     const float *bd = bias ? static_cast<const float *>(bias->data) : nullptr;
     const float *rd = res ? static_cast<const float *>(res->data) : nullptr;
     auto *yd = static_cast<float *>(dst->data);
@@ -169,7 +181,7 @@ void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
             const int64_t tap = k0 / in, c0 = k0 % in;
             const bool first = k0 == 0;
             for (int64_t m0 = m_begin; m0 < m_end; m0 += CONV_PANEL) {
-                const float *a = wd + m0 * K + k0 * CONV_PANEL;
+                const T *a = wd + m0 * K + k0 * CONV_PANEL;
                 for (int64_t n = nb; n < nb_end; n += NR) {
                     const float *b[NR];
                     for (int64_t j = 0; j < NR; ++j) {
@@ -200,24 +212,36 @@ void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     for (int64_t t = ith; t < n_tasks; t += nth) block(t);
 }
 
+void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
+    const auto *p = static_cast<const ConvGemmParams *>(userdata);
+    if (dst->src[1]->type == GGML_TYPE_F16) conv_gemm_run<ggml_fp16_t>(dst, ith, nth, p);
+    else conv_gemm_run<float>(dst, ith, nth, p);
+}
+
+template <typename T>
+void pack_panels(ggml_tensor *w) {
+    const int64_t K = w->ne[0], M = w->ne[1];
+    auto *data = static_cast<T *>(w->data);
+    std::vector<T> panel(K * CONV_PANEL);
+    for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL) {
+        T *rows = data + m0 * K;  // CONV_PANEL rows of K values
+        for (int64_t k = 0; k < K; ++k)
+            for (int64_t r = 0; r < CONV_PANEL; ++r) panel[k * CONV_PANEL + r] = rows[r * K + k];
+        std::memcpy(rows, panel.data(), panel.size() * sizeof(T));
+    }
+}
+
 }  // namespace
 
 bool conv_gemm_supported(const ggml_tensor *w) {
-    return w->type == GGML_TYPE_F32 && ggml_is_contiguous(w) && w->ne[1] % CONV_PANEL == 0 &&
-           w->ne[1] >= CONV_PANEL;
+    return (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16) && ggml_is_contiguous(w) &&
+           w->ne[1] % CONV_PANEL == 0 && w->ne[1] >= CONV_PANEL;
 }
 
 void pack_conv_weight(ggml_tensor *w) {
     GGML_ASSERT(conv_gemm_supported(w));
-    const int64_t K = w->ne[0], M = w->ne[1];
-    auto *data = static_cast<float *>(w->data);
-    std::vector<float> panel(K * CONV_PANEL);
-    for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL) {
-        float *rows = data + m0 * K;  // CONV_PANEL rows of K floats
-        for (int64_t k = 0; k < K; ++k)
-            for (int64_t r = 0; r < CONV_PANEL; ++r) panel[k * CONV_PANEL + r] = rows[r * K + k];
-        std::memcpy(rows, panel.data(), panel.size() * sizeof(float));
-    }
+    if (w->type == GGML_TYPE_F16) pack_panels<ggml_fp16_t>(w);
+    else pack_panels<float>(w);
 }
 
 ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, ggml_tensor *bias,

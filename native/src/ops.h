@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ggml.h"
+#include "kazeia/decoder_arch.h"
 #include "worker_pool.h"
 
 namespace kazeia {
@@ -20,13 +21,15 @@ float sin_squared(float x);
 namespace kazeia {
 
 // Rows per panel of a packed weight matrix (the GEMM micro-kernel's height).
-inline constexpr int64_t CONV_PANEL = 16;
+inline constexpr int64_t CONV_PANEL = DECODER_CONV_PANEL;
 
-// True when a conv/linear weight [K, M] can use conv_gemm (f32, M a multiple of CONV_PANEL).
+// True when a conv/linear weight [K, M] can use conv_gemm (f32 or f16, M a multiple of
+// CONV_PANEL).
 bool conv_gemm_supported(const ggml_tensor *w);
 
 // Rewrites a weight [K, M] (row m = K contiguous floats) in place into panels of CONV_PANEL
-// rows interleaved along K: the layout conv_gemm streams. Same size, so no extra memory.
+// rows interleaved along K: the layout conv_gemm streams. Same size and type, so no extra
+// memory; f16 weights are widened to f32 in the kernel's registers.
 void pack_conv_weight(ggml_tensor *w);
 
 // A causal 1-D conv (or linear layer, k = 1) as one GEMM reading its input in place:

@@ -68,7 +68,7 @@ struct SpeechDecoder::Model {
     DecoderHParams hp;
     int n_threads;
     bool polite = false;
-    ggml_tensor *rvq_first_out, *rvq_rest_out;
+    Conv rvq_first_out, rvq_rest_out;  // 1-tap convs without bias
     std::vector<ggml_tensor *> codebooks;
     Conv pre_conv, in_proj, out_proj;
     ggml_tensor *tfm_norm;
@@ -96,7 +96,7 @@ struct SpeechDecoder::Model {
     }
 
     // The convolutions and the ConvNeXt MLPs hold ~99% of the decoder's FLOPs: their weights
-    // are packed once for conv_gemm. Weights it cannot take (f16, odd widths) stay with ggml.
+    // are packed once for conv_gemm. Weights it cannot take (quantized, odd widths) stay with ggml.
     void pack_weights() {
         auto pack = [](Conv &c) {
             if (conv_gemm_supported(c.w)) {
@@ -104,6 +104,8 @@ struct SpeechDecoder::Model {
                 c.packed = true;
             }
         };
+        pack(rvq_first_out);
+        pack(rvq_rest_out);
         pack(pre_conv);
         pack(in_proj);
         pack(out_proj);
@@ -160,8 +162,12 @@ struct SpeechDecoder::Model {
         };
         for (uint32_t q = 0; q < hp.num_quantizers; ++q)
             codebooks.push_back(t(dec_name::codebook((int)q)));
-        rvq_first_out = t(dec_name::RVQ_FIRST_OUT);
-        rvq_rest_out = t(dec_name::RVQ_REST_OUT);
+        auto projection = [&](const char *name) {
+            ggml_tensor *w = t(name);
+            return Conv{w, nullptr, 1, w->ne[0], w->ne[1]};
+        };
+        rvq_first_out = projection(dec_name::RVQ_FIRST_OUT);
+        rvq_rest_out = projection(dec_name::RVQ_REST_OUT);
         pre_conv = conv(dec_name::PRE_CONV, hp.codebook_dim);
         in_proj = conv(dec_name::IN_PROJ, hp.latent_dim);
         for (int il = 0; il < (int)hp.num_layers; ++il) {
@@ -333,8 +339,8 @@ class GraphBuilder {
             ggml_tensor *&sum = q < hp.num_semantic_quantizers ? semantic : acoustic;
             sum = sum ? ggml_add(ctx_, sum, e) : e;
         }
-        return ggml_add(ctx_, ggml_mul_mat(ctx_, m_.rvq_first_out, semantic),
-                        ggml_mul_mat(ctx_, m_.rvq_rest_out, acoustic));
+        return ggml_add(ctx_, causal_conv(semantic, nullptr, m_.rvq_first_out, 1),
+                        causal_conv(acoustic, nullptr, m_.rvq_rest_out, 1));
     }
 
     // [in, L] -> [out, L]. `state` holds the last (k-1)*dilation input columns of the stream;

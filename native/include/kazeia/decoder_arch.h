@@ -15,6 +15,10 @@ inline constexpr const char *DECODER_ARCH = "kazeia-decoder";
 // Bumped whenever the tensor layout or metadata meaning changes.
 inline constexpr uint32_t DECODER_FORMAT_VERSION = 1;
 inline constexpr const char *DECODER_KEY_FORMAT_VERSION = "kazeia.decoder.format_version";
+// Matrices whose output width is a multiple of this run in the decoder's own GEMM (f32 math on
+// f32 or f16 weights, in panels of this many rows); the converter stores only those as f16, so
+// the activations stay f32 everywhere.
+inline constexpr int64_t DECODER_CONV_PANEL = 16;
 
 struct DecoderHParams {
     uint32_t codebook_size = 0;            // entries per RVQ codebook (2048)
