@@ -73,6 +73,16 @@ def test_subprocess_decoder_equals_in_process(engine: Engine) -> None:
     assert np.abs(pcm(engine, decoder_subprocess=True).astype(np.int32) - pcm(engine)).max() <= 1
 
 
+def test_subprocess_placement_loads_no_in_process_decoder(model_dir: Path) -> None:
+    """The kazeia-decoder process holds the only copy of the decoder weights."""
+    engine = Engine(model_dir, EngineSettings(max_frames=8, seed=11, decoder_subprocess=True))
+    assert len(np.concatenate(list(engine.synthesize(TEXT, "vivian")))) == 8 * 1920
+    assert engine._decoder is None
+    # A synthesis placed in process loads it on first use.
+    assert len(np.concatenate(list(engine.synthesize(TEXT, "vivian", decoder_subprocess=False))))
+    assert engine._decoder is not None
+
+
 def test_killed_decoder_subprocess_is_an_error_then_recovers(
     engine: Engine, tmp_path: Path
 ) -> None:

@@ -299,7 +299,11 @@ class Engine:
         # Generator and decoder compute at the same time while streaming: their idle workers
         # yield the cores to each other ("polite" pools).
         self.generator = self._load_generator(self.settings.threads)
-        self.decoder = self._load_decoder(self.settings.decoder_threads)
+        # The in-process decoder (245-456 MB) is loaded only where it decodes: with the
+        # subprocess placement the kazeia-decoder process holds the only copy.
+        self._decoder: SpeechDecoder | None = None
+        if not self.settings.decoder_subprocess:
+            self._decoder = self._load_decoder(self.settings.decoder_threads)
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
         # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap).
         self.decoder_command = [str(tool_path("kazeia-decoder"))]
@@ -310,6 +314,13 @@ class Engine:
     def _load_decoder(self, threads: int) -> SpeechDecoder:
         return SpeechDecoder(str(self.model_dir / "decoder.gguf"), threads=threads, polite=True)
 
+    @property
+    def decoder(self) -> SpeechDecoder:
+        """The in-process speech decoder, loaded on first use."""
+        if self._decoder is None:
+            self._decoder = self._load_decoder(self.settings.decoder_threads)
+        return self._decoder
+
     def apply_settings(self, settings: EngineSettings) -> None:
         """Makes `settings` the defaults of the next syntheses. A thread count is fixed per
         engine object (each owns its worker threads), so a changed one reloads that part
@@ -318,7 +329,7 @@ class Engine:
         if settings.threads != self.settings.threads:
             self.generator = self._load_generator(settings.threads)
         if settings.decoder_threads != self.settings.decoder_threads:
-            self.decoder = self._load_decoder(settings.decoder_threads)
+            self._decoder = None  # reloaded with the new count when next used
         self.settings = settings
 
     @property

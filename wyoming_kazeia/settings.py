@@ -77,6 +77,8 @@ class EngineSettings:
         "integer >= 0",
         default=0,
     )
+    # ggml from PyPI (libggml-python) ships only its CPU backend, and the decoder's own kernels
+    # are CPU code: cpu is the one backend there is to offer.
     backend: str = _opt("KZTTS_BACKEND", "compute backend", "|".join(BACKENDS), default="cpu")
 
     def __post_init__(self) -> None:

@@ -220,34 +220,44 @@ def ensure_model(cache_dir: Path, size: str, out_type: str = "f32", seed: int = 
     return model
 
 
-# `python -c` program writing only the talker GGUF: convert_talker(CHECKPOINT, OUT, TYPE).
-CONVERT_TALKER = (
+# `python -c` program writing one part's GGUF: convert_PART(CHECKPOINT, OUT, TYPE).
+CONVERT_PART = (
     "import logging, sys; from pathlib import Path; "
-    "from wyoming_kazeia.convert import convert_talker; "
+    "from wyoming_kazeia import convert; "
     "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s'); "
-    "Path(sys.argv[2]).parent.mkdir(parents=True, exist_ok=True); "
-    "convert_talker(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])"
+    "Path(sys.argv[3]).parent.mkdir(parents=True, exist_ok=True); "
+    "getattr(convert, 'convert_' + sys.argv[1])(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])"
 )
 
 
 def ensure_talker(cache_dir: Path, size: str, out_type: str, seed: int = 0) -> Path:
-    """``cache_dir / f"t-{size}-{out_type}" / "talker.gguf"`` of the random checkpoint.
+    """``cache_dir / f"t-{size}-{out_type}" / "talker.gguf"`` of the random checkpoint."""
+    return _ensure_part(cache_dir, "talker", f"t-{size}-{out_type}", size, out_type, seed)
 
-    Only the talker is converted (no decoder.gguf, no tokenizer files); the folder is built under
-    a ``.tmp`` name and renamed when complete, then reused. Returns the talker GGUF.
-    """
-    folder = cache_dir / f"t-{size}-{out_type}"
-    talker = folder / "talker.gguf"
-    if talker.is_file():
-        logger.info("reusing %s", talker)
-        return talker
+
+def ensure_decoder(cache_dir: Path, size: str, out_type: str, seed: int = 0) -> Path:
+    """``cache_dir / f"d-{size}-{out_type}" / "decoder.gguf"`` of the random checkpoint (what
+    the converter writes for ``--type out_type``: f16 GEMM matrices unless f32)."""
+    return _ensure_part(cache_dir, "decoder", f"d-{size}-{out_type}", size, out_type, seed)
+
+
+def _ensure_part(
+    cache_dir: Path, part: str, name: str, size: str, out_type: str, seed: int
+) -> Path:
+    """Only one part is converted (no other GGUF, no tokenizer files); the folder is built
+    under a ``.tmp`` name and renamed when complete, then reused. Returns the part's GGUF."""
+    folder = cache_dir / name
+    gguf = folder / f"{part}.gguf"
+    if gguf.is_file():
+        logger.info("reusing %s", gguf)
+        return gguf
     ckpt = ensure_checkpoint(cache_dir, size, seed)
     _build_dir(
         folder,
-        lambda out: ["-c", CONVERT_TALKER, str(ckpt), str(out / "talker.gguf"), out_type],
-        f"{out_type} talker of {ckpt.name}",
+        lambda out: ["-c", CONVERT_PART, part, str(ckpt), str(out / f"{part}.gguf"), out_type],
+        f"{out_type} {part} of {ckpt.name}",
     )
-    return talker
+    return gguf
 
 
 def _build_dir(target: Path, python_argv: Callable[[Path], list[str]], what: str) -> None:
@@ -1127,16 +1137,20 @@ def add_engine_parser(subparsers: Any) -> None:
 
 def ensure_engine_dir(cache_dir: Path, size: str = "0.6b", talker_type: str = "q8_0") -> Path:
     """``cache_dir / f"e-{size}-{talker_type}"``: a model folder for ``Engine`` made of relative
-    symbolic links to the cached talker (``t-SIZE-TYPE``), the f32 decoder (``m-SIZE``) and the
-    tokenizer files of the checkpoint (``ck-SIZE``), which are built first when missing. Made
-    under a ``.tmp`` name and renamed; reused while every link resolves."""
+    symbolic links to the cached talker (``t-SIZE-TYPE``), the decoder the converter writes for
+    that type (``d-SIZE-TYPE``) and the tokenizer files of the checkpoint (``ck-SIZE``), which
+    are built first when missing. Made under a ``.tmp`` name and renamed; reused while every link
+    resolves and points at those files."""
     folder = cache_dir / f"e-{size}-{talker_type}"
+    decoder = ensure_decoder(cache_dir, size, talker_type)
+    if (folder / "decoder.gguf").resolve() != decoder.resolve():
+        shutil.rmtree(folder, ignore_errors=True)  # built by an older bench: another decoder
     if all((folder / name).is_file() for name in ENGINE_FILES):
         logger.info("reusing %s", folder)
         return folder
     sources = {
         "talker.gguf": ensure_talker(cache_dir, size, talker_type),
-        "decoder.gguf": ensure_model(cache_dir, size) / "decoder.gguf",
+        "decoder.gguf": decoder,
     }
     ckpt = ensure_checkpoint(cache_dir, size)
     sources.update({name: ckpt / name for name in ENGINE_TOKENIZER_FILES})
