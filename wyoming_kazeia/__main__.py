@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +27,12 @@ from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import ModelError
 from .server import serve
 from .service import TtsService
-from .settings import EngineSettings, SettingsError, parse_setting
+from .settings import EngineSettings, SettingsError, add_env_argument, parse_setting
 from .voices import VoiceError
 
 _LOGGER = logging.getLogger("wyoming_kazeia")
 
 _DATA_HOME = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share"))
-
-
-def _env(name: str, default: Any = None) -> Any:
-    return os.environ.get(name, default)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,50 +42,47 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     server = parser.add_argument_group("server")
-    server.add_argument(
-        "--uri",
-        default=_env("KZTTS_URI", "tcp://0.0.0.0:10200"),
-        help="tcp://HOST:PORT, unix://PATH or stdio:// (KZTTS_URI; default %(default)s)",
-    )
-    server.add_argument(
+    add = partial(add_env_argument, server)
+    add("--uri", "KZTTS_URI", "tcp://HOST:PORT, unix://PATH or stdio://", "tcp://0.0.0.0:10200")
+    add(
         "--data-dir",
+        "KZTTS_DATA_DIR",
+        "downloaded and converted models",
+        str(_DATA_HOME / "wyoming-kazeia"),
         type=Path,
-        default=Path(_env("KZTTS_DATA_DIR", _DATA_HOME / "wyoming-kazeia")),
-        help="downloaded and converted models (KZTTS_DATA_DIR; default %(default)s)",
     )
-    server.add_argument(
+    add(
         "--model",
-        default=_env("KZTTS_MODEL", DEFAULT_MODEL),
-        help="converted model dir, Hugging Face checkpoint dir or repo id "
-        "(KZTTS_MODEL; default %(default)s)",
+        "KZTTS_MODEL",
+        "converted model dir, Hugging Face checkpoint dir or repo id",
+        DEFAULT_MODEL,
     )
-    server.add_argument(
+    add(
         "--voice",
-        default=_env("KZTTS_VOICE"),
-        help="default voice, e.g. vivian or vivian-fr (KZTTS_VOICE; default: the first "
-        "speaker, automatic language)",
+        "KZTTS_VOICE",
+        "default voice, e.g. vivian or vivian-fr (default: the first speaker, automatic language)",
     )
-    server.add_argument(
+    add(
         "--max-queue",
+        "KZTTS_MAX_QUEUE",
+        "requests that may wait for the engine; more get an error",
+        "8",
         type=int,
-        default=int(_env("KZTTS_MAX_QUEUE", 8)),
-        help="requests that may wait for the engine; more get an error "
-        "(KZTTS_MAX_QUEUE; default %(default)s)",
     )
-    server.add_argument(
+    add(
         "--samples-per-chunk",
+        "KZTTS_SAMPLES_PER_CHUNK",
+        "samples per audio-chunk event",
+        "1024",
         type=int,
-        default=int(_env("KZTTS_SAMPLES_PER_CHUNK", 1024)),
-        help="samples per audio-chunk event (KZTTS_SAMPLES_PER_CHUNK; default %(default)s)",
     )
-    server.add_argument(
+    add(
         "--zeroconf",
+        "KZTTS_ZEROCONF",
+        "announce the server over mDNS for Home Assistant discovery (NAME default kazeia-tts)",
         nargs="?",
         const="kazeia-tts",
-        default=_env("KZTTS_ZEROCONF"),
         metavar="NAME",
-        help="announce the server over mDNS for Home Assistant discovery "
-        "(KZTTS_ZEROCONF; NAME default kazeia-tts)",
     )
     server.add_argument("--debug", action="store_true", help="debug logging")
     server.add_argument("--log-format", default=logging.BASIC_FORMAT, help="Python logging format")

@@ -37,13 +37,14 @@ import re
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import aiomqtt
 
 from . import __version__
 from .service import TtsService
-from .settings import SettingsError
+from .settings import SettingsError, add_env_argument
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -107,39 +108,28 @@ def _env_flag(name: str) -> bool:
 
 def add_mqtt_arguments(parser: argparse.ArgumentParser) -> None:
     """The bridge's options; each defaults to its KZTTS_MQTT_* environment variable."""
-    env = os.environ.get
     group = parser.add_argument_group("Home Assistant MQTT bridge (enabled by --mqtt-host)")
-    group.add_argument(
-        "--mqtt-host",
-        metavar="HOST",
-        default=env("KZTTS_MQTT_HOST"),
-        help="broker host (KZTTS_MQTT_HOST)",
-    )
-    group.add_argument(
+    add = partial(add_env_argument, group)
+    add("--mqtt-host", "KZTTS_MQTT_HOST", "broker host", metavar="HOST")
+    add(
         "--mqtt-port",
+        "KZTTS_MQTT_PORT",
+        "broker port (default 1883, 8883 with TLS)",
         metavar="PORT",
         type=int,
-        default=env("KZTTS_MQTT_PORT"),
-        help="broker port (KZTTS_MQTT_PORT; default 1883, 8883 with TLS)",
     )
-    group.add_argument(
-        "--mqtt-username",
-        metavar="NAME",
-        default=env("KZTTS_MQTT_USERNAME"),
-        help="broker user (KZTTS_MQTT_USERNAME)",
-    )
-    group.add_argument(
+    add("--mqtt-username", "KZTTS_MQTT_USERNAME", "broker user", metavar="NAME")
+    add(
         "--mqtt-password",
+        "KZTTS_MQTT_PASSWORD",
+        "broker password; a command line is visible to other users: prefer the password file",
         metavar="PASSWORD",
-        default=env("KZTTS_MQTT_PASSWORD"),
-        help="broker password (KZTTS_MQTT_PASSWORD); a command line is visible to other "
-        "users: prefer the password file",
     )
-    group.add_argument(
+    add(
         "--mqtt-password-file",
+        "KZTTS_MQTT_PASSWORD_FILE",
+        "file holding the password",
         metavar="FILE",
-        default=env("KZTTS_MQTT_PASSWORD_FILE"),
-        help="file holding the password (KZTTS_MQTT_PASSWORD_FILE)",
     )
     group.add_argument(
         "--mqtt-tls",
@@ -147,25 +137,25 @@ def add_mqtt_arguments(parser: argparse.ArgumentParser) -> None:
         default=_env_flag("KZTTS_MQTT_TLS"),
         help="connect with TLS, verifying the broker (KZTTS_MQTT_TLS=1)",
     )
-    group.add_argument(
+    add(
         "--mqtt-ca-file",
+        "KZTTS_MQTT_CA_FILE",
+        "CA certificate of the broker; implies --mqtt-tls",
         metavar="FILE",
-        default=env("KZTTS_MQTT_CA_FILE"),
-        help="CA certificate of the broker; implies --mqtt-tls (KZTTS_MQTT_CA_FILE)",
     )
-    group.add_argument(
+    add(
         "--mqtt-discovery-prefix",
+        "KZTTS_MQTT_DISCOVERY_PREFIX",
+        "Home Assistant discovery prefix",
+        "homeassistant",
         metavar="PREFIX",
-        default=env("KZTTS_MQTT_DISCOVERY_PREFIX") or "homeassistant",
-        help="Home Assistant discovery prefix (KZTTS_MQTT_DISCOVERY_PREFIX; "
-        "default: homeassistant)",
     )
-    group.add_argument(
+    add(
         "--mqtt-node-id",
+        "KZTTS_MQTT_NODE_ID",
+        "id of this service in topics and entity ids; give each instance its own",
+        "kazeia_tts",
         metavar="ID",
-        default=env("KZTTS_MQTT_NODE_ID") or "kazeia_tts",
-        help="id of this service in topics and entity ids; give each instance its own "
-        "(KZTTS_MQTT_NODE_ID; default: kazeia_tts)",
     )
 
 

@@ -6,6 +6,7 @@ allowed values, so the CLI, the Wyoming server and the MQTT bridge all validate 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -137,6 +138,23 @@ class EngineSettings:
             (f.name, f.metadata["env"], f.metadata["allowed"], f.metadata["doc"])
             for f in fields(cls)
         ]
+
+
+def add_env_argument(
+    group: argparse._ActionsContainer,
+    flag: str,
+    env: str,
+    help: str,
+    default: Any = None,
+    **kwargs: Any,
+) -> None:
+    """A command-line flag whose default is environment variable `env`, else `default`; the
+    help names both. A variable's text goes through `type` like a flag's, so a bad value is
+    argparse's usual one-line error."""
+    shown = "" if default is None else f"; default {default}"
+    group.add_argument(
+        flag, default=os.environ.get(env, default), help=f"{help} ({env}{shown})", **kwargs
+    )
 
 
 def parse_setting(name: str, raw: str) -> Any:
