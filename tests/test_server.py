@@ -377,6 +377,35 @@ def test_unknown_voice_or_speaker_is_an_error_and_the_server_goes_on(server: Ser
     assert good[-1].type == "audio-stop"
 
 
+def test_failed_synthesis_is_an_error_and_the_connection_goes_on(
+    server: ServerThread, engine: Engine, tmp_path: Path
+) -> None:
+    crash = tmp_path / "crash.sh"
+    crash.write_text("#!/bin/sh\nkill -9 $$\n")
+    crash.chmod(0o755)
+    command = engine.decoder_command
+    engine.decoder_command = [str(crash)]
+    server.service.update_settings(decoder_subprocess=True)
+    try:
+
+        async def go() -> tuple[list[Event], list[Event]]:
+            async with AsyncClient.from_uri(server.uri) as client:
+                await client.write_event(Synthesize("The decoder dies.").event())
+                failed = await read_until(client, "error")
+                server.service.update_settings(decoder_subprocess=False)
+                await client.write_event(Synthesize("It works again.").event())
+                return failed, await read_until(client, "audio-stop")
+
+        failed, recovered = run(go())
+    finally:
+        engine.decoder_command = command
+    # The audio that began is closed (a valid, empty WAV for the client), then the error.
+    assert [e.type for e in failed] == ["audio-start", "audio-stop", "error"]
+    assert failed[-1].data["code"] == "synthesis-failed"
+    assert "decoder subprocess failed" in failed[-1].data["text"]
+    assert len(audio_of(recovered)) == FRAMES * HOP
+
+
 async def raw_exchange(uri: str, data: bytes) -> tuple[list[dict[str, Any]], bool]:
     """Writes raw bytes; returns the event headers received and whether the server closed."""
     host, port = uri.removeprefix("tcp://").split(":")

@@ -45,12 +45,13 @@ def test_help_documents_every_setting_with_its_variable() -> None:
         (["--model", "/nonexistent/model"], "not found"),
         (["--threads", "0"], "invalid threads (KZTTS_THREADS)"),
         (["--stream-chunk", "many"], "KZTTS_STREAM_CHUNK"),
+        (["--uri", "unix:///tmp/x.sock", "--zeroconf"], "needs a tcp:// --uri"),
     ],
 )
 def test_bad_startup_fails_fast_with_a_clear_message(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
-    result = run_cli("--data-dir", str(tmp_path), "--uri", "tcp://127.0.0.1:0", *args)
+    result = run_cli("--data-dir", str(tmp_path), "--uri", "tcp://127.0.0.1:1", *args)
     assert result.returncode == 1
     assert message in result.stderr and "Traceback" not in result.stderr
 

@@ -126,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         mqtt = MqttConfig.from_args(args)
         if args.max_queue < 0 or args.samples_per_chunk < 1:
             raise SettingsError("--max-queue must be >= 0 and --samples-per-chunk >= 1")
+        if args.zeroconf and not args.uri.startswith("tcp://"):
+            raise SettingsError("--zeroconf announces a TCP port: it needs a tcp:// --uri")
         model_dir = resolve_model(args.model, settings.quant, args.data_dir)
         _LOGGER.info("loading %s", model_dir)
         engine = Engine(model_dir, settings)

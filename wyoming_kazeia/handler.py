@@ -254,8 +254,12 @@ class KazeiaEventHandler(AsyncEventHandler):
             if pending:
                 await self._audio_chunk(pending)
             await self.write_event(AudioStop().event())
-        except (VoiceError, ServiceBusyError, EngineError) as err:
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as err:  # noqa: BLE001 - one request failed; the connection goes on
             code = {VoiceError: "voice-not-found", ServiceBusyError: "server-busy"}
+            if not isinstance(err, (VoiceError, ServiceBusyError, EngineError)):
+                _LOGGER.exception("synthesis failed")
             if started:  # audio already begun: close it so the client's WAV stays valid
                 await self.write_event(AudioStop().event())
             await self._error(str(err), code.get(type(err), "synthesis-failed"))
