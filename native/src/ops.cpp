@@ -152,6 +152,45 @@ inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
 #endif
 }
 
+// The same for COLS < NR columns: the last tile of an input, and every tile of a streamed
+// frame (1-4 columns before the vocoder), where the full kernel would spend 6 columns of
+// arithmetic for one.
+template <typename T, int COLS>
+inline void narrow_kernel(const T *a, const float *const b[NR], int64_t kc,
+                          float acc[NR][CONV_PANEL]) {
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 c[COLS][2];
+    for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
+        const __m256 a0 = load8(a), a1 = load8(a + 8);
+        for (int j = 0; j < COLS; ++j) {
+            const __m256 v = _mm256_broadcast_ss(b[j] + k);
+            c[j][0] = _mm256_fmadd_ps(a0, v, c[j][0]);
+            c[j][1] = _mm256_fmadd_ps(a1, v, c[j][1]);
+        }
+    }
+    for (int j = 0; j < COLS; ++j) {
+        _mm256_storeu_ps(acc[j], c[j][0]);
+        _mm256_storeu_ps(acc[j] + 8, c[j][1]);
+    }
+#else
+    micro_kernel(a, b, kc, acc);
+#endif
+}
+
+template <typename T>
+inline void tile_kernel(int64_t cols, const T *a, const float *const b[NR], int64_t kc,
+                        float acc[NR][CONV_PANEL]) {
+    switch (cols) {
+        case 1: return narrow_kernel<T, 1>(a, b, kc, acc);
+        case 2: return narrow_kernel<T, 2>(a, b, kc, acc);
+        case 3: return narrow_kernel<T, 3>(a, b, kc, acc);
+        case 4: return narrow_kernel<T, 4>(a, b, kc, acc);
+        case 5: return narrow_kernel<T, 5>(a, b, kc, acc);
+        default: return micro_kernel(a, b, kc, acc);
+    }
+}
+
 template <typename T>
 void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
     const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
@@ -188,8 +227,8 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
                         const int64_t col = std::min(n + j, nb_end - 1);
                         b[j] = xd + col * in + tap * tap_stride + c0;
                     }
-                    micro_kernel(a, b, kc, acc);
                     const int64_t ncols = std::min(NR, nb_end - n);
+                    tile_kernel(ncols, a, b, kc, acc);
                     for (int64_t j = 0; j < ncols; ++j) {
                         float *y = yd + (n + j) * out + m0;
                         if (first) {
