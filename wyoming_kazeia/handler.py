@@ -160,9 +160,11 @@ class KazeiaEventHandler(AsyncEventHandler):
             self.writer.close()
 
     async def disconnect(self) -> None:
+        """Cancels what this connection still has queued or running (its synthesis stops
+        within one frame). A speaking task that ended on a lost connection ends quietly."""
         if self._speaking is not None:
             self._speaking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await self._speaking
 
     async def handle_event(self, event: Event) -> bool:
