@@ -32,6 +32,7 @@ from wyoming.tts import (
 )
 
 from wyoming_kazeia.engine import Engine
+from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, split_sentences
 from wyoming_kazeia.server import serve
 from wyoming_kazeia.service import TtsService
 from wyoming_kazeia.settings import EngineSettings
@@ -226,6 +227,16 @@ def test_long_text_is_spoken_completely_in_order(server: ServerThread, engine: E
     expected = np.concatenate([engine_pcm(engine, s, engine.speakers[0]) for s in sentences])
     assert len(audio) == 400 * HOP
     assert np.array_equal(audio, expected)
+
+
+def test_sentences_are_split_and_bounded() -> None:
+    assert split_sentences("Hello world. How are you? ") == ["Hello world.", "How are you?"]
+    assert split_sentences("   ") == []
+    words = " ".join(f"word{i}" for i in range(300))  # no punctuation, ~2.3 KB
+    pieces = split_sentences(words)
+    assert len(pieces) > 4 and all(0 < len(p) <= MAX_SENTENCE_CHARS for p in pieces)
+    assert " ".join(pieces) == words  # cut at spaces: nothing lost, nothing reordered
+    assert "".join(split_sentences("x" * 1000)) == "x" * 1000
 
 
 # -- streaming text ---------------------------------------------------------------------------

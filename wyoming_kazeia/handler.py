@@ -56,6 +56,11 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 
 WIDTH, CHANNELS = 2, 1
 
+# A "sentence" longer than this (a text without punctuation) is cut at the last space or comma
+# (ASCII or CJK) before the limit: the model is trained on sentences, and its prompt and KV
+# cache stay small.
+MAX_SENTENCE_CHARS = 400
+
 
 class ProtocolError(ValueError):
     """Malformed input: answered with an `error`, then the connection is closed."""
@@ -239,7 +244,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         started = False
         pending = b""
         try:
-            sentences = list(stream_to_sentences([utterance.text])) or [""]
+            sentences = split_sentences(utterance.text) or [""]
             for i, sentence in enumerate(sentences):
                 audio = self.service.synthesize(sentence, *_voice_parts(utterance.voice))
                 async with contextlib.aclosing(audio):
@@ -272,6 +277,21 @@ class KazeiaEventHandler(AsyncEventHandler):
     async def _error(self, text: str, code: str) -> None:
         with contextlib.suppress(ConnectionError):
             await self.write_event(Error(text=text, code=code).event())
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of a text (rhasspy's sentence-stream), none over MAX_SENTENCE_CHARS."""
+    pieces: list[str] = []
+    for sentence in stream_to_sentences([text]):
+        while len(sentence) > MAX_SENTENCE_CHARS:
+            head = sentence[:MAX_SENTENCE_CHARS]
+            cut = max(head.rfind(c) for c in (" ", ",", "\uff0c", "\u3001"))  # also ， and 、
+            cut = cut + 1 if cut > 0 else MAX_SENTENCE_CHARS  # no break: cut anyway
+            pieces.append(sentence[:cut].strip())
+            sentence = sentence[cut:].strip()
+        if sentence:
+            pieces.append(sentence)
+    return pieces
 
 
 def _voice_parts(voice: SynthesizeVoice | None) -> tuple[str | None, str | None, str | None]:
