@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
+from wyoming_kazeia.dev.bench_server import parse_wyoming_bench
 from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, split_sentences
 from wyoming_kazeia.server import serve
@@ -466,6 +469,21 @@ def test_malformed_input_is_an_error_and_closes_only_that_connection(
     assert [h["type"] for h in headers] == ["error"] and closed
     assert headers[0]["data"]["code"] == "bad-request"
     assert other[-1].type == "info"
+
+
+def test_wyoming_bench_measures_both_modes(server: ServerThread) -> None:
+    """The client script/bench server relies on, against this server; its report parses."""
+    host_port = server.uri.removeprefix("tcp://")
+    bench = Path(sys.executable).with_name("wyoming-bench")
+    args = ["tts", host_port, "--rounds", "1", "--warmup", "0", "--texts", "Hello there."]
+    out = subprocess.run([str(bench), *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    modes = parse_wyoming_bench(out.stdout)
+    assert set(modes) == {"non_streaming", "streaming"}
+    for m in modes.values():
+        assert (m["ok"], m["fail"]) == (1, 0)
+        assert m["audio_s"] == pytest.approx(FRAMES * HOP / 24000, abs=0.01)
+        assert 0 < m["ttfa_ms"] <= m["total_ms"] and m["rtf"] > 0
 
 
 def test_unix_socket(engine: Engine, tmp_path: Path) -> None:
