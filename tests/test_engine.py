@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ import soundfile as sf
 from wyoming_kazeia.convert import convert
 from wyoming_kazeia.dev.random_checkpoint import main as random_checkpoint
 from wyoming_kazeia.engine import Engine, EngineError
+from wyoming_kazeia.native import ModelError
 from wyoming_kazeia.settings import EngineSettings, SettingsError
 
 TEXT = "Hello there, this is a small test of the streaming engine."
@@ -81,6 +83,21 @@ def test_subprocess_placement_loads_no_in_process_decoder(model_dir: Path) -> No
     # A synthesis placed in process loads it on first use.
     assert len(np.concatenate(list(engine.synthesize(TEXT, "vivian", decoder_subprocess=False))))
     assert engine._decoder is not None
+
+
+@pytest.mark.parametrize("damage", ["truncate", "talker"])
+def test_subprocess_placement_checks_the_decoder_file_at_load(
+    model_dir: Path, tmp_path: Path, damage: str
+) -> None:
+    broken = tmp_path / "model"
+    shutil.copytree(model_dir, broken)
+    decoder = broken / "decoder.gguf"
+    if damage == "truncate":
+        decoder.write_bytes(decoder.read_bytes()[: decoder.stat().st_size // 2])
+    else:  # a valid GGUF of the wrong kind
+        shutil.copy(model_dir / "talker.gguf", decoder)
+    with pytest.raises(ModelError, match="decoder.gguf"):
+        Engine(broken, EngineSettings(decoder_subprocess=True))
 
 
 def test_killed_decoder_subprocess_is_an_error_then_recovers(

@@ -28,15 +28,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 import soundfile as sf
 
+from ._native import decoder_arch
 from ._tools import tool_path
-from .native import Generator, SpeechDecoder, to_pcm16
+from .native import Generator, ModelError, SpeechDecoder, to_pcm16
 from .settings import EngineSettings
 from .tokenizer import TextTokenizer
 
 _LOGGER = logging.getLogger(__name__)
+
+DECODER_ARCH = decoder_arch()["arch"]
 
 SAMPLE_RATE = 24000
 HOP = 1920  # samples per frame
@@ -253,6 +257,19 @@ class _Pipeline:
         self._closed = True
 
 
+def check_decoder_file(path: Path) -> None:
+    """ModelError unless `path` is a complete decoder GGUF. Reads its header and tensor table
+    through a memory map: only those pages become resident, not the weights."""
+    try:
+        reader = gguf.GGUFReader(path)
+        field = reader.fields["general.architecture"]
+        arch = bytes(field.parts[field.data[0]]).decode()
+    except Exception as err:  # truncated, not GGUF, no architecture: all the same to the user
+        raise ModelError(f"{path}: not a readable decoder GGUF ({err})") from err
+    if arch != DECODER_ARCH:
+        raise ModelError(f"{path}: a {arch!r} GGUF, not a speech decoder ({DECODER_ARCH!r})")
+
+
 class Synthesis:
     """Iterator of int16 PCM chunks; `metrics` is complete once it is exhausted. Closing it, or
     dropping the last reference to it, stops the synthesis within one frame."""
@@ -302,7 +319,9 @@ class Engine:
         # The in-process decoder (245-456 MB) is loaded only where it decodes: with the
         # subprocess placement the kazeia-decoder process holds the only copy.
         self._decoder: SpeechDecoder | None = None
-        if not self.settings.decoder_subprocess:
+        if self.settings.decoder_subprocess:
+            check_decoder_file(self.model_dir / "decoder.gguf")  # fail now, not per synthesis
+        else:
             self._decoder = self._load_decoder(self.settings.decoder_threads)
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
         # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap).
