@@ -21,7 +21,7 @@ Commands (one function per bench, ``bench_<command>``):
 
 ``engine``
     The streaming engine (``Engine.synthesize``: text -> int16 PCM chunks) on the random ``0.6b``
-    checkpoint (q8_0 talker, f32 decoder), a fixed number of frames: one-shot, streaming with
+    checkpoint (q8_0 talker, f16 decoder), a fixed number of frames: one-shot, streaming with
     k-frame chunks and the subprocess decoder, each in a fresh subprocess after a warm-up
     synthesis: decoder / talker / code-predictor seconds, total, RTF, time to first audio, peak
     RSS, medians over ``--repeats``; then the same rows beside busy competing processes.
@@ -1070,7 +1070,7 @@ def add_engine_parser(subparsers: Any) -> None:
         "decoder, slowdown under a competing load",
         description=(
             "Benchmark the streaming engine (Engine.synthesize: text -> 24 kHz int16 chunks) on "
-            "a random 0.6b checkpoint (q8_0 talker, f32 decoder), --frames frames forced: "
+            "a random 0.6b checkpoint (q8_0 talker, f16 decoder), --frames frames forced: "
             "one-shot (stream_chunk 0), streaming with --chunks, and the subprocess decoder, "
             "each in a fresh process (a warm-up synthesis, then medians over --repeats): "
             "decoder / talker / code-predictor seconds, total, RTF, time to first audio, peak "
@@ -1084,7 +1084,7 @@ def add_engine_parser(subparsers: Any) -> None:
         type=Path,
         help="model folder with talker.gguf, decoder.gguf and the tokenizer files (default: "
         f"{{cache dir}}/e-0.6b-{ENGINE_TALKER_TYPE}, links to the cached random 0.6b checkpoint, "
-        f"its {ENGINE_TALKER_TYPE} talker and its f32 decoder)",
+        f"its {ENGINE_TALKER_TYPE} talker and the decoder converted at that type)",
     )
     p.add_argument("--cache-dir", type=Path, help="default: .bench/ in the repository root")
     p.add_argument("--threads", type=int, default=2, help="generator threads (default 2)")

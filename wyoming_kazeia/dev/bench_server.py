@@ -1,7 +1,7 @@
 """``script/bench server``: the Wyoming server over the protocol, measured by ``wyoming-bench``.
 
 Starts ``python -m wyoming_kazeia`` on a free loopback port with the random ``0.6b`` checkpoint
-(q8_0 talker, f32 decoder, cached like the other benches), runs ``wyoming-bench tts`` against it
+(q8_0 talker, f16 decoder, cached like the other benches), runs ``wyoming-bench tts`` against it
 in both modes (one-shot ``synthesize`` and streaming ``synthesize-start/chunk/stop``) and reports
 its medians: time to first audio (TTFA, wyoming-bench's "TTFT"), total time and RTF. In the same
 run, the engine called in-process (``Engine.synthesize``, a fresh process, the same model, text,
