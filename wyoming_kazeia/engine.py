@@ -227,6 +227,9 @@ class _Pipeline:
         m = self.metrics
         m.total_s = time.monotonic() - self._start
         m.rtf = m.total_s / m.audio_s if m.audio_s else 0.0
+        if self._cancel.is_set():
+            _LOGGER.info("synthesis cancelled after %d frames, %.2f s", m.n_frames, m.total_s)
+            return
         _LOGGER.info(
             "synthesis: %d frames, %.2f s audio in %.2f s (RTF %.2f), first audio %.3f s, "
             "%d chunks, talker %.2f s, predictor %.2f s, decoder %.2f s",
