@@ -125,6 +125,32 @@ def test_repo_id_checkpoint_is_converted_once_then_served_over_unix_socket(
     assert len(converted) == 1 and "q8_0" in converted[0].name
 
 
+def test_sigterm_during_a_synthesis_stops_promptly(tiny_model: Path, tmp_path: Path) -> None:
+    sock = tmp_path / "tts.sock"
+    cmd = [*SERVER, "--uri", f"unix://{sock}", "--model", str(tiny_model), "--max-frames", "5000"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+
+    async def interrupt() -> float:
+        async with AsyncClient.from_uri(f"unix://{sock}") as client:
+            await client.write_event(Synthesize("A synthesis of some 400 seconds.").event())
+            while (event := await client.read_event()) is not None:
+                if event.type == "audio-chunk":
+                    break
+            start = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 30)
+            return time.monotonic() - start
+
+    try:
+        wait_for_socket(proc, sock)
+        assert asyncio.run(interrupt()) < 5
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "synthesis cancelled" in stderr
+
+
 def test_stdio_answers_every_piped_request(tiny_model: Path, tmp_path: Path) -> None:
     requests = b"".join(
         json.dumps({"type": "synthesize", "data": {"text": text}}).encode() + b"\n"
