@@ -57,3 +57,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert random_checkpoint([str(root / "ckpt"), "--size", "tiny", "--seed", "3", "-q"]) == 0
     convert(root / "ckpt", root / "model", "f32")
     return root / "model"
+
+
+@pytest.fixture
+def crashing_command(tmp_path: Path) -> list[str]:
+    """A command that dies by SIGKILL at once: stands in for a crashing kazeia-decoder."""
+    crash = tmp_path / "crash.sh"
+    crash.write_text("#!/bin/sh\nkill -9 $$\n")
+    crash.chmod(0o755)
+    return [str(crash)]

@@ -101,13 +101,10 @@ def test_subprocess_placement_checks_the_decoder_file_at_load(
 
 
 def test_killed_decoder_subprocess_is_an_error_then_recovers(
-    engine: Engine, tmp_path: Path
+    engine: Engine, crashing_command: list[str]
 ) -> None:
-    crash = tmp_path / "crash.sh"
-    crash.write_text("#!/bin/sh\nkill -9 $$\n")
-    crash.chmod(0o755)
     saved = engine.decoder_command
-    engine.decoder_command = [str(crash)]
+    engine.decoder_command = crashing_command
     try:
         with pytest.raises(EngineError, match="decoder subprocess failed"):
             pcm(engine, decoder_subprocess=True)

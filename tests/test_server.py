@@ -392,13 +392,10 @@ def test_unknown_voice_or_speaker_is_an_error_and_the_server_goes_on(server: Ser
 
 
 def test_failed_synthesis_is_an_error_and_the_connection_goes_on(
-    server: ServerThread, engine: Engine, tmp_path: Path
+    server: ServerThread, engine: Engine, crashing_command: list[str]
 ) -> None:
-    crash = tmp_path / "crash.sh"
-    crash.write_text("#!/bin/sh\nkill -9 $$\n")
-    crash.chmod(0o755)
     command = engine.decoder_command
-    engine.decoder_command = [str(crash)]
+    engine.decoder_command = crashing_command
     server.service.update_settings(decoder_subprocess=True)
     try:
 
