@@ -15,6 +15,7 @@ from safetensors.numpy import load_file, save_file
 
 from wyoming_kazeia import _native
 from wyoming_kazeia.convert import ConversionError, convert, convert_decoder, decoder_hparams
+from wyoming_kazeia.dev.random_checkpoint import main as random_checkpoint
 from wyoming_kazeia.native import SpeechDecoder
 
 TINY = REFERENCE / "tiny-0.6b" / "model"
@@ -209,6 +210,14 @@ def test_f16_decoder_streams_exactly_and_stays_close_to_f32(tmp_path: Path) -> N
     # ones (full-size random 0.6b: 46 dB): bound the error energy at 30 dB below the signal.
     snr_db = 10 * np.log10(np.sum(f32**2) / np.sum((f16 - f32) ** 2))
     assert 30 < snr_db < 120, snr_db
+
+
+def test_base_checkpoint_is_refused_clearly(tmp_path: Path) -> None:
+    ckpt = tmp_path / "base"
+    assert random_checkpoint([str(ckpt), "--size", "tiny", "--variant", "base", "-q"]) == 0
+    with pytest.raises(ConversionError, match="Base .voice-cloning. checkpoint"):
+        convert(ckpt, tmp_path / "out")
+    assert not (tmp_path / "out" / "decoder.gguf").exists()
 
 
 def test_cli_main(tmp_path: Path) -> None:

@@ -410,6 +410,14 @@ def talker_metadata(checkpoint_dir: Path) -> list[tuple[str, Any, str]]:
             continue
         if not isinstance(value, dict):
             raise ConversionError(f"{checkpoint_dir / fname}: '{path}' is not a mapping")
+        if not value and k["type"] == "str_u32_map":
+            # The Base models have no built-in speakers: they clone a voice from reference
+            # audio, which the engine does not do (yet).
+            raise ConversionError(
+                f"{checkpoint_dir / fname}: '{path}' is empty: a Base (voice-cloning) "
+                "checkpoint? Kazeia speaks with the built-in speakers of the CustomVoice "
+                "models, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+            )
         names = sorted(str(n).lower() for n in value)
         lowered = {str(n).lower(): v for n, v in value.items()}
         if k["type"] == "str_u32_map":
@@ -494,6 +502,7 @@ def convert(checkpoint_dir: Path, out_dir: Path, out_type: str = "f32") -> list[
         raise ConversionError(f"--type must be one of {', '.join(OUT_TYPES)}, got {out_type!r}")
     if not checkpoint_dir.is_dir():
         raise ConversionError(f"{checkpoint_dir} is not a directory")
+    talker_metadata(checkpoint_dir)  # an unsupported checkpoint fails before anything is written
     written = [
         convert_decoder(checkpoint_dir, out_dir / "decoder.gguf", out_type),
         convert_talker(checkpoint_dir, out_dir / "talker.gguf", out_type),
