@@ -104,60 +104,13 @@ inline __m256 load8(const ggml_fp16_t *p) {
 }
 #endif
 
-// acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and 6 columns.
-template <typename T>
+// acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= NR columns. Narrow tiles
+// (an input's last columns, and every tile of a streamed frame: 1-4 columns before the
+// vocoder) get their own instance instead of paying NR columns of arithmetic for one. COLS is a
+// constant, so the loops unroll and the accumulators stay in registers.
+template <typename T, int COLS>
 inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
                          float acc[NR][CONV_PANEL]) {
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    const float *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3], *b4 = b[4], *b5 = b[5];
-    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
-        const __m256 a0 = load8(a), a1 = load8(a + 8);
-        __m256 v = _mm256_broadcast_ss(b0 + k);
-        c00 = _mm256_fmadd_ps(a0, v, c00);
-        c01 = _mm256_fmadd_ps(a1, v, c01);
-        v = _mm256_broadcast_ss(b1 + k);
-        c10 = _mm256_fmadd_ps(a0, v, c10);
-        c11 = _mm256_fmadd_ps(a1, v, c11);
-        v = _mm256_broadcast_ss(b2 + k);
-        c20 = _mm256_fmadd_ps(a0, v, c20);
-        c21 = _mm256_fmadd_ps(a1, v, c21);
-        v = _mm256_broadcast_ss(b3 + k);
-        c30 = _mm256_fmadd_ps(a0, v, c30);
-        c31 = _mm256_fmadd_ps(a1, v, c31);
-        v = _mm256_broadcast_ss(b4 + k);
-        c40 = _mm256_fmadd_ps(a0, v, c40);
-        c41 = _mm256_fmadd_ps(a1, v, c41);
-        v = _mm256_broadcast_ss(b5 + k);
-        c50 = _mm256_fmadd_ps(a0, v, c50);
-        c51 = _mm256_fmadd_ps(a1, v, c51);
-    }
-    _mm256_storeu_ps(acc[0], c00), _mm256_storeu_ps(acc[0] + 8, c01);
-    _mm256_storeu_ps(acc[1], c10), _mm256_storeu_ps(acc[1] + 8, c11);
-    _mm256_storeu_ps(acc[2], c20), _mm256_storeu_ps(acc[2] + 8, c21);
-    _mm256_storeu_ps(acc[3], c30), _mm256_storeu_ps(acc[3] + 8, c31);
-    _mm256_storeu_ps(acc[4], c40), _mm256_storeu_ps(acc[4] + 8, c41);
-    _mm256_storeu_ps(acc[5], c50), _mm256_storeu_ps(acc[5] + 8, c51);
-#else
-    for (int64_t j = 0; j < NR; ++j)
-        for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] = 0.0f;
-    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL)
-        for (int64_t j = 0; j < NR; ++j)
-            for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] += to_f32(a[r]) * b[j][k];
-#endif
-}
-
-// The same for COLS < NR columns: the last tile of an input, and every tile of a streamed
-// frame (1-4 columns before the vocoder), where the full kernel would spend 6 columns of
-// arithmetic for one.
-template <typename T, int COLS>
-inline void narrow_kernel(const T *a, const float *const b[NR], int64_t kc,
-                          float acc[NR][CONV_PANEL]) {
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 c[COLS][2];
     for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm256_setzero_ps();
@@ -174,20 +127,25 @@ inline void narrow_kernel(const T *a, const float *const b[NR], int64_t kc,
         _mm256_storeu_ps(acc[j] + 8, c[j][1]);
     }
 #else
-    micro_kernel(a, b, kc, acc);
+    for (int j = 0; j < COLS; ++j)
+        for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] = 0.0f;
+    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL)
+        for (int j = 0; j < COLS; ++j)
+            for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] += to_f32(a[r]) * b[j][k];
 #endif
 }
 
 template <typename T>
 inline void tile_kernel(int64_t cols, const T *a, const float *const b[NR], int64_t kc,
                         float acc[NR][CONV_PANEL]) {
+    static_assert(NR == 6, "one case per tile width");
     switch (cols) {
-        case 1: return narrow_kernel<T, 1>(a, b, kc, acc);
-        case 2: return narrow_kernel<T, 2>(a, b, kc, acc);
-        case 3: return narrow_kernel<T, 3>(a, b, kc, acc);
-        case 4: return narrow_kernel<T, 4>(a, b, kc, acc);
-        case 5: return narrow_kernel<T, 5>(a, b, kc, acc);
-        default: return micro_kernel(a, b, kc, acc);
+        case 1: return micro_kernel<T, 1>(a, b, kc, acc);
+        case 2: return micro_kernel<T, 2>(a, b, kc, acc);
+        case 3: return micro_kernel<T, 3>(a, b, kc, acc);
+        case 4: return micro_kernel<T, 4>(a, b, kc, acc);
+        case 5: return micro_kernel<T, 5>(a, b, kc, acc);
+        default: return micro_kernel<T, 6>(a, b, kc, acc);
     }
 }
 
