@@ -196,8 +196,9 @@ class KazeiaEventHandler(AsyncEventHandler):
                 self._speak(sentence, self._stream_voice)
         elif Synthesize.is_type(event.type):
             request = _parse(Synthesize, event)
-            # Inside a stream it repeats the streamed text: ignored.
-            if self._stream is None and await self._check_voice(request.voice):
+            # Inside a stream it repeats the streamed text: ignored. Its voice is checked where
+            # it is spoken (an unknown one: an `error`, in turn with earlier requests).
+            if self._stream is None:
                 self._speak(request.text, request.voice, always=True)
         elif SynthesizeStop.is_type(event.type):
             if self._stream is None:

@@ -59,12 +59,12 @@ class _Job:
         self.synthesis: Synthesis | None = None
         self.lock = threading.Lock()  # orders cancel() against the synthesis being set
 
-    def put(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self.audio.put_nowait, item)
-
     def call(self, fn: Callable[..., None], *args: Any) -> None:
-        """Runs fn on the event loop (the service's status lives there)."""
+        """Runs fn on the event loop (the audio queue and the service's status live there)."""
         self.loop.call_soon_threadsafe(fn, *args)
+
+    def put(self, item: Any) -> None:
+        self.call(self.audio.put_nowait, item)
 
     def cancel(self) -> None:
         self.cancelled.set()
