@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -209,27 +210,16 @@ def test_voice_prefix_cache_is_exact(talker_gguf: dict[str, Path]) -> None:
 def test_stops_at_eos(gen: Generator) -> None:
     """With flattened logits eos (1 of ~2049 allowed codes) comes within a few thousand
     frames; generation stops there (seeded, so the test is deterministic)."""
-    codes = gen.generate(
-        IDS,
-        "vivian",
-        seed=21,
-        temperature=1000.0,
-        top_k=0,
-        repetition_penalty=1.0,
-        max_frames=50000,
-    )
+    flat: dict[str, Any] = {
+        "seed": 21,
+        "temperature": 1000.0,
+        "top_k": 0,
+        "repetition_penalty": 1.0,
+    }
+    codes = gen.generate(IDS, "vivian", **flat, max_frames=50000)
     assert 2 <= len(codes) < 50000
     assert (codes[:, 0] != gen.hparams["kazeia.ids.codec_eos"]).all()  # eos is not a frame
-    again = gen.generate(
-        IDS,
-        "vivian",
-        seed=21,
-        temperature=1000.0,
-        top_k=0,
-        repetition_penalty=1.0,
-        max_frames=50000,
-    )
-    assert np.array_equal(codes, again)
+    assert np.array_equal(codes, gen.generate(IDS, "vivian", **flat, max_frames=50000))
 
 
 def test_kv_cache_growth_is_exact(gen: Generator) -> None:

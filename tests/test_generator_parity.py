@@ -8,6 +8,7 @@ predictor), so greedy codes must then match exactly.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,27 +58,12 @@ def test_generate_greedy_codes(model: tuple[str, Generator], mode: str) -> None:
     name, gen = model
     speaker, language, non_streaming = MODES[mode]
     ids = ref_array(name, "input_ids")
-    codes = gen.generate(
-        ids,
-        speaker,
-        language,
-        non_streaming,
-        greedy=True,
-        repetition_penalty=1.0,
-        max_frames=FRAMES,
-    )
+    args = (ids, speaker, language, non_streaming)
+    greedy: dict[str, Any] = {"greedy": True, "repetition_penalty": 1.0, "max_frames": FRAMES}
+    codes = gen.generate(*args, **greedy)
     assert codes.dtype == np.int32
     assert np.array_equal(codes, ref_array(name, f"{mode}_codes"))
-    frames = gen.frames(
-        ids,
-        speaker,
-        language,
-        non_streaming,
-        greedy=True,
-        repetition_penalty=1.0,
-        max_frames=FRAMES,
-    )
-    assert np.array_equal(np.stack(list(frames)), codes)
+    assert np.array_equal(np.stack(list(gen.frames(*args, **greedy))), codes)
 
 
 def test_prefill_layout_differs_by_mode(model: tuple[str, Generator]) -> None:

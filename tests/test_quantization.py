@@ -12,6 +12,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,23 +30,17 @@ def _mid_checkpoint(out: Path) -> Path:
     out.mkdir(parents=True)
     config = json.loads((REFERENCE / "tiny-0.6b" / "model" / "config.json").read_text())
     tc = config["talker_config"]
-    tc.update(
-        hidden_size=WIDTH,
-        intermediate_size=2 * WIDTH,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        text_hidden_size=WIDTH,
-    )
-    tc["code_predictor_config"].update(
-        hidden_size=WIDTH,
-        intermediate_size=2 * WIDTH,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-    )
+    # Talker and code predictor alike: rows wide enough for every quant block.
+    stack: dict[str, Any] = {
+        "hidden_size": WIDTH,
+        "intermediate_size": 2 * WIDTH,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+    }
+    tc.update(stack, text_hidden_size=WIDTH)
+    tc["code_predictor_config"].update(stack)
     (out / "config.json").write_text(json.dumps(config))
     shutil.copy(REFERENCE / "tiny-0.6b" / "model" / "generation_config.json", out)
     hparams = {k: v for k, v, kind in talker_metadata(out) if kind in ("u32", "f32")}
