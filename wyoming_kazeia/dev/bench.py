@@ -502,6 +502,41 @@ def _run_official(
     env: dict[str, str],
 ) -> dict[str, Any]:
     """Measure the official decoder, or say why not (``status`` is ``ok`` when measured)."""
+    tok = checkpoint / "speech_tokenizer" if checkpoint else None
+    result = _official_child(
+        args,
+        tok / "config.json" if tok else None,
+        lambda: [
+            str(OFFICIAL_SCRIPT),
+            str(tok),
+            str(codes_path),
+            "--threads",
+            str(args.threads),
+            "--repeats",
+            str(args.official_repeats),
+            "--warmup-frames",
+            str(WARMUP_FRAMES),
+            "--out",
+            str(out_path),
+        ],
+        "official PyTorch decoder",
+        env,
+    )
+    if result["status"] == "ok":
+        logger.info("official: median %.3f s", result["median_s"])
+    return result
+
+
+def _official_child(
+    args: argparse.Namespace,
+    needed: Path | None,
+    argv: Callable[[], list[str]],
+    what: str,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    """Runs an official script under the reference interpreter (``status`` ``ok``, with its
+    JSON result), or says why not: skipped, not installed, no checkpoint (``needed``, a file of
+    it, missing) or failed."""
     python = args.reference_python or default_reference_python()
     if args.no_official:
         return {"status": "skipped (--no-official)"}
@@ -510,33 +545,18 @@ def _run_official(
             "status": "not installed",
             "detail": f"{python} not found (script/make-reference --setup)",
         }
-    if checkpoint is None or not (checkpoint / "speech_tokenizer" / "config.json").is_file():
+    if needed is None or not needed.is_file():
         return {
             "status": "no checkpoint",
             "detail": "give --checkpoint (the Hugging Face folder of --model-dir)",
         }
-    cmd = [
-        str(python),
-        str(OFFICIAL_SCRIPT),
-        str(checkpoint / "speech_tokenizer"),
-        str(codes_path),
-        "--threads",
-        str(args.threads),
-        "--repeats",
-        str(args.official_repeats),
-        "--warmup-frames",
-        str(WARMUP_FRAMES),
-        "--out",
-        str(out_path),
-    ]
     try:
-        result = run_json_child(cmd, "official PyTorch decoder", env)
+        result = run_json_child([str(python), *argv()], what, env)
     except BenchError as err:
         logger.error("%s", err)
         return {"status": "failed", "detail": str(err)}
     result["status"] = "ok"
     result["interpreter"] = str(python)
-    logger.info("official: median %.3f s", result["median_s"])
     return result
 
 
@@ -851,49 +871,35 @@ def _run_official_generate(
     args: argparse.Namespace, checkpoint: Path | None, ids: list[int], env: dict[str, str]
 ) -> dict[str, Any]:
     """Measure the official generate, or say why not (``status`` is ``ok`` when measured)."""
-    python = args.reference_python or default_reference_python()
-    if args.no_official:
-        return {"status": "skipped (--no-official)"}
-    if not python.is_file():
-        return {
-            "status": "not installed",
-            "detail": f"{python} not found (script/make-reference --setup)",
-        }
-    if checkpoint is None or not (checkpoint / "config.json").is_file():
-        return {
-            "status": "no checkpoint",
-            "detail": "give --checkpoint (the Hugging Face folder of --model-dir)",
-        }
-    cmd = [
-        str(python),
-        str(OFFICIAL_GENERATE_SCRIPT),
-        str(checkpoint),
-        "--ids",
-        ",".join(map(str, ids)),
-        "--frames",
-        str(args.frames),
-        "--mode",
-        args.mode,
-        "--speaker",
-        args.speaker,
-        "--language",
-        args.language,
-        "--threads",
-        str(args.threads),
-        "--repeats",
-        str(args.official_repeats),
-        "--seed",
-        str(args.seed),
-    ]
-    try:
-        result = run_json_child(cmd, "official PyTorch generate", env)
-    except BenchError as err:
-        logger.error("%s", err)
-        return {"status": "failed", "detail": str(err)}
-    result["status"] = "ok"
-    result["interpreter"] = str(python)
-    result["rtf"] = result["total_ms_per_frame"] / FRAME_MS
-    logger.info("official: %.0f ms/frame", result["total_ms_per_frame"])
+    result = _official_child(
+        args,
+        checkpoint / "config.json" if checkpoint else None,
+        lambda: [
+            str(OFFICIAL_GENERATE_SCRIPT),
+            str(checkpoint),
+            "--ids",
+            ",".join(map(str, ids)),
+            "--frames",
+            str(args.frames),
+            "--mode",
+            args.mode,
+            "--speaker",
+            args.speaker,
+            "--language",
+            args.language,
+            "--threads",
+            str(args.threads),
+            "--repeats",
+            str(args.official_repeats),
+            "--seed",
+            str(args.seed),
+        ],
+        "official PyTorch generate",
+        env,
+    )
+    if result["status"] == "ok":
+        result["rtf"] = result["total_ms_per_frame"] / FRAME_MS
+        logger.info("official: %.0f ms/frame", result["total_ms_per_frame"])
     return result
 
 
