@@ -560,6 +560,14 @@ class _Specs:
         self.normal(f"{prefix}.alpha", (dim,), _SNAKE_STD)
         self.normal(f"{prefix}.beta", (dim,), _SNAKE_STD)
 
+    def attention(self, prefix: str, hidden: int, cfg: dict[str, Any]) -> None:
+        """q/k/v/o projections of a grouped-query attention block (no biases)."""
+        heads, kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+        self.linear(f"{prefix}.q_proj", heads * hd, hidden, bias=False)
+        self.linear(f"{prefix}.k_proj", kv * hd, hidden, bias=False)
+        self.linear(f"{prefix}.v_proj", kv * hd, hidden, bias=False)
+        self.linear(f"{prefix}.o_proj", hidden, heads * hd, bias=False)
+
     def codebook(
         self, usage_name: str, sum_name: str, size: int, dim: int, std: float = 1.0
     ) -> None:
@@ -568,13 +576,9 @@ class _Specs:
 
 
 def _qwen3_layer(s: _Specs, p: str, hidden: int, cfg: dict[str, Any], qk_norm: bool) -> None:
-    heads, kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    inter = cfg["intermediate_size"]
+    hd, inter = cfg["head_dim"], cfg["intermediate_size"]
     s.norm(f"{p}.input_layernorm.weight", hidden)
-    s.linear(f"{p}.self_attn.q_proj", heads * hd, hidden, bias=False)
-    s.linear(f"{p}.self_attn.k_proj", kv * hd, hidden, bias=False)
-    s.linear(f"{p}.self_attn.v_proj", kv * hd, hidden, bias=False)
-    s.linear(f"{p}.self_attn.o_proj", hidden, heads * hd, bias=False)
+    s.attention(f"{p}.self_attn", hidden, cfg)
     if qk_norm:
         s.norm(f"{p}.self_attn.q_norm.weight", hd)
         s.norm(f"{p}.self_attn.k_norm.weight", hd)
@@ -666,14 +670,10 @@ def _decoder_specs(s: _Specs, dc: dict[str, Any]) -> None:
 
     t = f"{p}.pre_transformer"
     s.linear(f"{t}.input_proj", hidden, latent, bias=True)
-    heads, kv, hd = dc["num_attention_heads"], dc["num_key_value_heads"], dc["head_dim"]
     for i in range(dc["num_hidden_layers"]):
         layer = f"{t}.layers.{i}"
         s.norm(f"{layer}.input_layernorm.weight", hidden)
-        s.linear(f"{layer}.self_attn.q_proj", heads * hd, hidden, bias=False)
-        s.linear(f"{layer}.self_attn.k_proj", kv * hd, hidden, bias=False)
-        s.linear(f"{layer}.self_attn.v_proj", kv * hd, hidden, bias=False)
-        s.linear(f"{layer}.self_attn.o_proj", hidden, heads * hd, bias=False)
+        s.attention(f"{layer}.self_attn", hidden, dc)
         s.uniform(f"{layer}.self_attn_layer_scale.scale", (hidden,), *_LAYER_SCALE)
         s.norm(f"{layer}.post_attention_layernorm.weight", hidden)
         s.linear(f"{layer}.mlp.gate_proj", dc["intermediate_size"], hidden, bias=False)
@@ -738,14 +738,10 @@ def _encoder_specs(s: _Specs, ec: dict[str, Any]) -> None:
     s.conv(f"{e}.{idx}.conv", hidden, scaling * filters, ec["last_kernel_size"])
 
     t = f"{p}.encoder_transformer.layers"
-    heads, kv, hd = ec["num_attention_heads"], ec["num_key_value_heads"], ec["head_dim"]
     for i in range(ec["num_hidden_layers"]):
         layer = f"{t}.{i}"
         s.layer_norm(f"{layer}.input_layernorm", hidden)
-        s.linear(f"{layer}.self_attn.q_proj", heads * hd, hidden, bias=False)
-        s.linear(f"{layer}.self_attn.k_proj", kv * hd, hidden, bias=False)
-        s.linear(f"{layer}.self_attn.v_proj", kv * hd, hidden, bias=False)
-        s.linear(f"{layer}.self_attn.o_proj", hidden, heads * hd, bias=False)
+        s.attention(f"{layer}.self_attn", hidden, ec)
         s.uniform(f"{layer}.self_attn_layer_scale.scale", (hidden,), *_LAYER_SCALE)
         s.layer_norm(f"{layer}.post_attention_layernorm", hidden)
         s.linear(f"{layer}.mlp.fc1", ec["intermediate_size"], hidden, bias=False)
