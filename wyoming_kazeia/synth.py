@@ -3,8 +3,9 @@
     python -m wyoming_kazeia.synth --model DIR --text "..." --out out.wav [--speaker vivian]
         [--language auto] [--stream-chunk K] [--seed N] [--decoder-subprocess] [--json-metrics]
 
---model is a converted model directory, or a Hugging Face checkpoint directory, which is
-converted once into a cache (--cache-dir, default ~/.cache/wyoming-kazeia) and reused.
+--model is a converted model directory, a Hugging Face checkpoint directory or a repo id,
+resolved as the server does (wyoming_kazeia.models) with --cache-dir (default
+~/.cache/wyoming-kazeia) as its data directory: converted once into CACHE/converted and reused.
 Metrics go to stdout (one JSON object with --json-metrics), progress to stderr.
 """
 
