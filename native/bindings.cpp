@@ -340,7 +340,14 @@ PYBIND11_MODULE(_native, m) {
             return out;
         },
         py::arg("hparams"), "Every tensor of a decoder GGUF for these hyper-parameters.");
-    m.def("sin_squared", &sin_squared, py::arg("x"), "The vectorized sin^2 of the SnakeBeta kernel.");
+    m.def(
+        "sin_squared",
+        [](py::array_t<float, py::array::c_style | py::array::forcecast> x) {
+            py::array_t<float> y(x.size());
+            sin_squared(x.data(), y.mutable_data(), x.size());
+            return y;
+        },
+        py::arg("x"), "sin(x)^2 as the SnakeBeta kernel computes it (1-D float32 array).");
 
     py::class_<FrameIterator>(m, "FrameIterator")
         .def("__iter__", [](FrameIterator &it) -> FrameIterator & { return it; })

@@ -13,8 +13,9 @@ namespace kazeia {
 ggml_tensor *snake_beta(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,
                         ggml_tensor *inv_beta, WorkerPool *pool);
 
-// sin(x)^2 as the kernel computes it (exposed for tests of the approximation).
-float sin_squared(float x);
+// y[i] = sin(x[i])^2 as the kernel computes it: 8 lanes at a time, the last n % 8 one by one
+// (exposed for tests of both paths of the approximation).
+void sin_squared(const float *x, float *y, int64_t n);
 
 }  // namespace kazeia
 
@@ -55,5 +56,27 @@ namespace kazeia {
 // matrix ids[0] is used: the code predictor picks its head per sub-step in one static graph.
 ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
                           ggml_tensor *ids = nullptr);
+
+}  // namespace kazeia
+
+namespace kazeia {
+
+// [a | b] along time: a [C, A] and b [C, B], contiguous f32 -> [C, A + B]. Two memcpys where
+// ggml_concat goes element by element (measured ~2 ms per streamed frame for the decoder's
+// KV caches and conv histories, which are copied every push).
+ggml_tensor *concat_time(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
+
+// Softmax attention of n queries over n_kv keys, with grouped heads (query head h reads kv
+// head h / (nh / nkv)): q [hd, nh, n], k and v [hd * nkv, n_kv] (contiguous f32, time in
+// ne[1]), mask [n_kv, n] added to the scaled scores (0 or -inf; every query sees at least one
+// key) -> [hd * nh, n]. One op instead of ggml's permute/cont/mul_mat/soft_max chain, whose
+// copies of the transposed V cache cost more than the attention itself on a streamed frame.
+struct AttentionParams {
+    int64_t n_kv_heads = 1;
+    float scale = 1.0f;
+    WorkerPool *pool = nullptr;  // as in ConvGemmParams
+};
+ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
+                              ggml_tensor *mask, const AttentionParams *params);
 
 }  // namespace kazeia

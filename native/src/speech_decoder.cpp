@@ -389,7 +389,7 @@ class GraphBuilder {
 
     // concat(state, x) along time, and the graph copies its last columns back into state.
     ggml_tensor *with_history(ggml_tensor *x, ggml_tensor *state) {
-        ggml_tensor *full = ggml_concat(ctx_, state, x, 1);
+        ggml_tensor *full = concat_time(ctx_, state, x);
         const int64_t keep = state->ne[1];
         ggml_tensor *tail =
             ggml_view_2d(ctx_, full, full->ne[0], keep, full->nb[1], x->ne[1] * full->nb[1]);
@@ -412,7 +412,6 @@ class GraphBuilder {
     ggml_tensor *transformer(ggml_tensor *x, int64_t n) {
         const DecoderHParams &hp = m_.hp;
         const int64_t hd = hp.head_dim, nh = hp.num_heads, nkv = hp.num_kv_heads;
-        const int64_t n_kv = hp.sliding_window - 1 + n;
         const float scale = 1.0f / std::sqrt((float)hd);
         auto linear = [&](ggml_tensor *t, const Conv &c) { return causal_conv(t, nullptr, c, 1); };
         ggml_tensor *h = linear(x, m_.in_proj);
@@ -430,14 +429,8 @@ class GraphBuilder {
             ggml_tensor *k_all = with_history(ggml_reshape_2d(ctx_, k, hd * nkv, n), s_.k_cache[il]);
             ggml_tensor *v_all = with_history(v, s_.v_cache[il]);
 
-            ggml_tensor *K = ggml_permute(ctx_, ggml_reshape_3d(ctx_, k_all, hd, nkv, n_kv), 0, 2, 1, 3);
-            ggml_tensor *Q = ggml_permute(ctx_, q, 0, 2, 1, 3);
-            ggml_tensor *kq = ggml_mul_mat(ctx_, K, Q);  // [n_kv, n, heads]
-            kq = ggml_soft_max_ext(ctx_, kq, kq_mask, scale, 0.0f);
-            ggml_tensor *V = ggml_cont(
-                ctx_, ggml_permute(ctx_, ggml_reshape_3d(ctx_, v_all, hd, nkv, n_kv), 1, 2, 0, 3));
-            ggml_tensor *o = ggml_mul_mat(ctx_, V, kq);  // [hd, n, heads]
-            o = ggml_reshape_2d(ctx_, ggml_cont(ctx_, ggml_permute(ctx_, o, 0, 2, 1, 3)), hd * nh, n);
+            attention_.push_back(AttentionParams{nkv, scale, &s_.pool});
+            ggml_tensor *o = window_attention(ctx_, q, k_all, v_all, kq_mask, &attention_.back());
             o = linear(o, L.o);
             h = ggml_add(ctx_, h, ggml_mul(ctx_, o, L.attn_scale));
 
@@ -486,6 +479,7 @@ class GraphBuilder {
     DecoderStream::State &s_;
     const SpeechDecoder::Model &m_;
     std::deque<ConvGemmParams> params_;  // referenced by the graph's conv_gemm nodes
+    std::deque<AttentionParams> attention_;  // and by its attention nodes
     ggml_context *ctx_;
     ggml_cgraph *gf_;
 };
