@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kazeia/generator.h"
 #include "kazeia/speech_decoder.h"
 #include "kazeia/talker_arch.h"
+#include "src/ggml_raii.h"
 #include "src/ops.h"
 #include "src/sampler.h"
 
@@ -52,6 +54,41 @@ py::array_t<float> to_numpy(std::vector<float> &&v) {
     py::capsule free_when_done(owner, [](void *p) { delete static_cast<std::vector<float> *>(p); });
     return py::array_t<float>({(py::ssize_t)owner->size()}, {sizeof(float)}, owner->data(),
                               free_when_done);
+}
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// Runs the decoder's attention op once on a 2-thread pool (for tests against numpy).
+py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k,
+                                        const FloatArray &v, const FloatArray &mask,
+                                        int64_t n_kv_heads, float scale) {
+    if (q.ndim() != 3 || k.ndim() != 2 || v.ndim() != 2 || mask.ndim() != 2)
+        throw InputError("q must be [n, heads, head_dim]; k, v [n_kv, kv_dim]; mask [n, n_kv]");
+    const int64_t n = q.shape(0), nh = q.shape(1), hd = q.shape(2), n_kv = k.shape(0);
+    if (n_kv_heads < 1 || nh % n_kv_heads || k.shape(1) != hd * n_kv_heads ||
+        v.shape(0) != n_kv || v.shape(1) != k.shape(1) || mask.shape(0) != n ||
+        mask.shape(1) != n_kv)
+        throw InputError("window_attention: inconsistent shapes");
+    const size_t bytes = (q.size() + k.size() + v.size() + mask.size() + n * nh * hd) * 4;
+    ggml_init_params params = {bytes + 16 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr,
+                               false};
+    GgmlContextPtr ctx(ggml_init(params));
+    auto tensor = [&](const FloatArray &a, int64_t ne0, int64_t ne1, int64_t ne2) {
+        ggml_tensor *t = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, ne0, ne1, ne2);
+        std::memcpy(t->data, a.data(), ggml_nbytes(t));
+        return t;
+    };
+    WorkerPool pool(2);
+    const AttentionParams p{n_kv_heads, scale, &pool};
+    ggml_tensor *out = window_attention(ctx.get(), tensor(q, hd, nh, n), tensor(k, k.shape(1), n_kv, 1),
+                                        tensor(v, v.shape(1), n_kv, 1), tensor(mask, n_kv, n, 1), &p);
+    ggml_cgraph *gf = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(gf, out);
+    if (ggml_graph_compute_with_ctx(ctx.get(), gf, 1) != GGML_STATUS_SUCCESS)
+        throw std::runtime_error("window_attention: graph computation failed");
+    py::array_t<float> result({n, nh * hd});
+    std::memcpy(result.mutable_data(), out->data, ggml_nbytes(out));
+    return result;
 }
 
 const char *transform_name(Transform t) {
@@ -348,6 +385,10 @@ PYBIND11_MODULE(_native, m) {
             return y;
         },
         py::arg("x"), "sin(x)^2 as the SnakeBeta kernel computes it (1-D float32 array).");
+    m.def("window_attention", &run_window_attention, py::arg("q"), py::arg("k"), py::arg("v"),
+          py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"),
+          "The decoder's attention op: q [n, heads, head_dim], k and v [n_kv, kv_heads * "
+          "head_dim], mask [n, n_kv] (0 or -inf) -> [n, heads * head_dim].");
 
     py::class_<FrameIterator>(m, "FrameIterator")
         .def("__iter__", [](FrameIterator &it) -> FrameIterator & { return it; })

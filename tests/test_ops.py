@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from wyoming_kazeia import _native
 
@@ -26,3 +27,46 @@ def test_sin_squared_accuracy() -> None:
     for ours in (lanes, one_by_one):
         assert ours.dtype == np.float32 and ours.shape == xs.shape
         assert np.abs(ours - exact).max() < 3e-7
+
+
+def attention_numpy(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, n_kv_heads: int, scale: float
+) -> np.ndarray:
+    n, heads, hd = q.shape
+    group = heads // n_kv_heads
+    out = np.zeros((n, heads, hd))
+    for h in range(heads):
+        g = h // group
+        kh = k[:, g * hd : (g + 1) * hd].astype(np.float64)
+        vh = v[:, g * hd : (g + 1) * hd].astype(np.float64)
+        scores = q[:, h, :].astype(np.float64) @ kh.T * scale + mask
+        p = np.exp(scores - scores.max(axis=1, keepdims=True))
+        out[:, h, :] = (p / p.sum(axis=1, keepdims=True)) @ vh
+    return out.reshape(n, heads * hd)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (6, 1)])
+def test_window_attention_against_numpy(heads: int, kv_heads: int) -> None:
+    """The decoder's attention op (grouped heads included, which the published decoders do not
+    use) against float64 numpy: a sliding causal window where early queries see fewer keys."""
+    rng = np.random.default_rng(heads * 10 + kv_heads)
+    n, hist, hd = 5, 7, 16
+    n_kv = hist + n
+    q = rng.standard_normal((n, heads, hd)).astype(np.float32)
+    k = rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32)
+    v = rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32)
+    window = 4  # query i sees keys hist + i - window + 1 .. hist + i
+    mask = np.full((n, n_kv), -np.inf, dtype=np.float32)
+    for i in range(n):
+        mask[i, hist + i - window + 1 : hist + i + 1] = 0.0
+    scale = hd**-0.5
+    ours = _native.window_attention(q, k, v, mask, kv_heads, scale)
+    assert ours.shape == (n, heads * hd)
+    np.testing.assert_allclose(ours, attention_numpy(q, k, v, mask, kv_heads, scale), atol=1e-5)
+
+
+def test_window_attention_rejects_bad_shapes() -> None:
+    q = np.zeros((2, 4, 8), np.float32)
+    kv = np.zeros((3, 16), np.float32)
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        _native.window_attention(q, kv, kv, np.zeros((2, 3), np.float32), 3, 1.0)
