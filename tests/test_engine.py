@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -113,13 +114,18 @@ def test_killed_decoder_subprocess_is_an_error_then_recovers(
     assert len(pcm(engine, decoder_subprocess=True)) == 40 * 1920
 
 
-def test_cancellation_stops_and_leaks_no_thread(model_dir: Path) -> None:
+def test_cancellation_stops_and_leaks_no_thread(
+    model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     eng = Engine(model_dir, EngineSettings(max_frames=2000, seed=1, stream_chunk=1))
     before = threading.active_count()
     s = eng.synthesize(TEXT, "vivian")
     next(s)
+    time.sleep(0.2)  # chunks queue up unread: closing must not depend on reading them
     t0 = time.monotonic()
-    s.close()
+    with caplog.at_level(logging.INFO, logger="wyoming_kazeia.engine"):
+        s.close()
+    assert "synthesis cancelled after" in caplog.text
     assert time.monotonic() - t0 < 1.0
     assert s.metrics.n_frames < 2000
     assert threading.active_count() == before

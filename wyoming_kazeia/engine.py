@@ -251,13 +251,11 @@ class _Pipeline:
         self._frames.put(_DONE)  # wakes the decoder thread
 
     def close(self) -> None:
-        """Cancels and joins the threads."""
+        """Cancels, joins the threads and logs the cancelled synthesis (unless it had ended)."""
         if self._closed:
             return
         self.cancel()
-        for t in self._threads:
-            t.join()
-        self._closed = True
+        self._finish()
 
 
 def check_decoder_file(path: Path) -> None:
