@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -16,6 +18,7 @@
 #include "src/ggml_raii.h"
 #include "src/ops.h"
 #include "src/sampler.h"
+#include "src/worker_pool.h"
 
 #include "ggml.h"
 
@@ -89,6 +92,42 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
     py::array_t<float> result({n, nh * hd});
     std::memcpy(result.mutable_data(), out->data, ggml_nbytes(out));
     return result;
+}
+
+// Memory read bandwidth in GB/s: `threads` threads sum a `megabytes` buffer (median of 5
+// passes). The decoder bench sets it beside the weight bytes a streamed frame must read.
+double read_bandwidth(int64_t megabytes, int threads) {
+    if (megabytes < 1 || threads < 1 || threads > 512)
+        throw InputError("read_bandwidth: megabytes >= 1 and threads in 1..512");
+    const int64_t n_words = megabytes * (1 << 20) / 8;
+    std::vector<uint64_t> data(n_words, 1);
+    WorkerPool pool(threads);
+    const int64_t n_tasks = 4 * threads, per_task = (n_words + n_tasks - 1) / n_tasks;
+    std::vector<uint64_t> sums(n_tasks);
+    std::vector<double> gbs;
+    for (int pass = 0; pass < 5; ++pass) {
+        const auto start = std::chrono::steady_clock::now();
+        pool.run(n_tasks, [&](int64_t t) {
+            uint64_t a = 0, b = 0, c = 0, d = 0;  // independent chains: the loop vectorizes
+            const int64_t end = std::min(n_words, (t + 1) * per_task);
+            int64_t i = t * per_task;
+            for (; i + 4 <= end; i += 4) {
+                a += data[i];
+                b += data[i + 1];
+                c += data[i + 2];
+                d += data[i + 3];
+            }
+            for (; i < end; ++i) a += data[i];
+            sums[t] = a + b + c + d;
+        });
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        gbs.push_back(8.0 * n_words / s / 1e9);
+    }
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    if (total != (uint64_t)n_words) throw std::runtime_error("read_bandwidth: wrong sum");
+    std::sort(gbs.begin(), gbs.end());
+    return gbs[gbs.size() / 2];
 }
 
 const char *transform_name(Transform t) {
@@ -348,6 +387,7 @@ PYBIND11_MODULE(_native, m) {
             d["format_version"] = DECODER_FORMAT_VERSION;
             d["format_version_key"] = DECODER_KEY_FORMAT_VERSION;
             d["conv_panel"] = DECODER_CONV_PANEL;
+            d["max_chunk_frames"] = DECODER_MAX_CHUNK_FRAMES;
             py::list keys;
             for (const MetaKey &k : decoder_meta_keys()) {
                 py::dict e;
@@ -385,6 +425,8 @@ PYBIND11_MODULE(_native, m) {
             return y;
         },
         py::arg("x"), "sin(x)^2 as the SnakeBeta kernel computes it (1-D float32 array).");
+    m.def("read_bandwidth", &read_bandwidth, py::arg("megabytes") = 256, py::arg("threads") = 2,
+          "Memory read bandwidth in GB/s (median of 5 passes over a buffer of that size).");
     m.def("window_attention", &run_window_attention, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"),
           "The decoder's attention op: q [n, heads, head_dim], k and v [n_kv, kv_heads * "

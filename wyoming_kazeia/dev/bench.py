@@ -384,6 +384,55 @@ def _parse_chunks(text: str) -> list[int]:
     return chunks
 
 
+# A GEMM over c columns does 2c FLOP per weight it reads: at <= 4 columns per frame that is
+# < 2 FLOP per byte of f32 weights, far below what the cores do per byte the memory delivers,
+# so in a one-frame push those layers wait on memory; the vocoder layers see >= 32 columns.
+STREAMED_COLUMNS_MAX = 4
+
+
+def decoder_columns_per_frame(name: str, ratios: Sequence[int], rates: Sequence[int]) -> int:
+    """How many time columns per frame the matrix `name` of a decoder GGUF multiplies (its
+    layer's input length per frame): 1 at the frame rate, then times each upsampling."""
+    parts = name.split(".")
+    pre = int(np.prod(ratios))
+    if parts[1] == "up":  # dec.up.I.(trans|pwconv1|pwconv2).weight
+        i = int(parts[2])
+        return int(np.prod(ratios[: i + (parts[3] != "trans")]))
+    if parts[1] == "voc":
+        if parts[2] == "conv_in":
+            return pre
+        if parts[2] == "conv_out":
+            return pre * int(np.prod(rates))
+        b = int(parts[3])  # dec.voc.blk.B.(up|res...)
+        return pre * int(np.prod(rates[: b + (parts[4] != "up")]))
+    return 1  # quantizer projections, pre-conv, transformer
+
+
+def gguf_u32_list(reader: Any, key: str) -> list[int]:
+    """A u32 array of GGUF metadata (gguf.GGUFReader) as a list."""
+    field = reader.fields[key]
+    return [int(field.parts[i][0]) for i in field.data]
+
+
+def streamed_weight_mb(gguf_path: Path) -> tuple[float, float]:
+    """(MB of every weight matrix, MB of those in layers that see <= STREAMED_COLUMNS_MAX
+    columns per frame): what a one-frame push must read from memory, and the part of it that
+    no compute hides. The codebooks are left out (a frame reads 16 of their rows)."""
+    import gguf
+
+    reader = gguf.GGUFReader(gguf_path)
+    ratios = gguf_u32_list(reader, "kazeia.decoder.upsampling_ratios")
+    rates = gguf_u32_list(reader, "kazeia.decoder.upsample_rates")
+    total = low = 0
+    for t in reader.tensors:
+        if len(t.shape) != 2 or "codebook" in t.name or "dwconv" in t.name:
+            continue
+        total += int(t.n_bytes)
+        if decoder_columns_per_frame(t.name, ratios, rates) <= STREAMED_COLUMNS_MAX:
+            low += int(t.n_bytes)
+    return total / 1e6, low / 1e6
+
+
 def bench_decoder(args: argparse.Namespace) -> int:
     """The ``decoder`` bench: fresh-process rows for ours, then the official decoder."""
     if args.threads < 1 or args.frames < 1 or args.repeats < 1 or args.official_repeats < 1:
@@ -443,8 +492,21 @@ def bench_decoder(args: argparse.Namespace) -> int:
         if official.get("status") == "ok":
             wavs["official"] = np.load(tmp / "official.npy")
 
+    from wyoming_kazeia import _native
+
+    # Measured now, beside the rows: the box's bandwidth moves with its other tenants.
+    total_mb, low_mb = streamed_weight_mb(gguf)
+    bandwidth = _native.read_bandwidth(256, args.threads)
     machine["loadavg_at_end"] = _loadavg()
     full_s = rows["full"]["median_s"]
+    weights = {
+        "total_mb": total_mb,
+        "low_rate_mb": low_mb,
+        "read_gb_s": bandwidth,
+        "low_rate_read_ms": low_mb / bandwidth,
+        "full_ms_per_frame": 1e3 * full_s / frames,
+        "full_chunk_frames": _native.decoder_arch()["max_chunk_frames"],
+    }
     for row in rows.values():
         row["rtf"] = row["median_s"] / audio_s
         row["vs_full"] = row["median_s"] / full_s
@@ -489,6 +551,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
         "rows": rows,
         "official": official,
         "max_abs_diff": diffs,
+        "weights": weights,
         "targets": targets,
     }
     return _print_result(result, decoder_table, args.json)
@@ -618,6 +681,16 @@ def decoder_table(result: dict[str, Any]) -> str:
         "max |difference|: "
         + ", ".join(f"{k} {fmt(v, '.3e')}" for k, v in diffs.items())
         + " (reported, not asserted)"
+    )
+    w = result["weights"]
+    lines.append(
+        f"Weights a one-frame push reads: {w['total_mb']:.0f} MB, {w['low_rate_mb']:.0f} MB of "
+        f"them in layers that see <= {STREAMED_COLUMNS_MAX} columns per frame (quantizer, "
+        "transformer, upsamplers, vocoder input and first upsampling), where no compute hides "
+        f"the read: at the read bandwidth measured after the rows, {w['read_gb_s']:.1f} GB/s "
+        f"({c['threads']} threads), >= {w['low_rate_read_ms']:.1f} ms per push, against "
+        f"{w['full_ms_per_frame']:.1f} ms per frame for the whole full decode (which reads "
+        f"them once per {w['full_chunk_frames']} frames)."
     )
     lines.append(
         f"Targets: full decode RTF <= {TARGET_FULL_RTF}: {ok(tg['full_rtf_ok'])}; streaming "
