@@ -17,15 +17,6 @@ namespace {
 // every few microseconds while a model runs, syntheses seconds apart.
 constexpr auto SPIN_BEFORE_SLEEP = std::chrono::microseconds(500);
 constexpr auto POLITE_PAUSE = std::chrono::microseconds(30);  // then yield (polite pools)
-// A run whose caller, done with its own tasks, then waits longer than twice its own work
-// (plus this margin) for a task another thread holds met a preempted thread: the cores are
-// oversubscribed (other processes, or the engine's other stage). The pool then runs alone on
-// the caller for SOLO_WINDOW before it tries its threads again. Measured (engine bench beside
-// 2 busy processes, 0.6B q8_0): the generator alone on 1 thread took 8.0 s where 2 threads
-// took 10.7 s, every op waiting out a timeslice of a descheduled worker.
-constexpr auto STALL_MARGIN = std::chrono::microseconds(50);
-constexpr auto SOLO_WINDOW = std::chrono::milliseconds(50);
-using Clock = std::chrono::steady_clock;
 }  // namespace
 
 struct WorkerPool::Job {
@@ -92,8 +83,7 @@ void WorkerPool::worker_loop() {
 
 void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) {
     if (n_tasks <= 0) return;
-    const auto start = Clock::now();
-    if (workers_.empty() || n_tasks == 1 || start.time_since_epoch().count() < solo_until_.load()) {
+    if (workers_.empty() || n_tasks == 1) {
         for (int64_t i = 0; i < n_tasks; ++i) task(i);
         return;
     }
@@ -111,14 +101,9 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
     // The caller works too: if every worker is asleep or preempted it does all the tasks
     // itself, and it only ever waits for tasks another thread has already started.
     work(*job);
-    const auto own_done = Clock::now();
     for (int i = 0; job->done.load(std::memory_order_acquire) != n_tasks; ++i) {
         if (i < 4096) KAZEIA_CPU_RELAX();
         else std::this_thread::yield();
-    }
-    const auto end = Clock::now();
-    if (end - own_done > 2 * (own_done - start) + STALL_MARGIN) {
-        solo_until_.store((end + SOLO_WINDOW).time_since_epoch().count());
     }
 }
 

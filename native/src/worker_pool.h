@@ -5,8 +5,7 @@
 // >10x slower with 2 threads beside a 2-thread load). The decoder therefore runs its ggml
 // graph on one thread and parallelizes its heavy custom ops here instead: tasks are taken
 // from a shared counter (a late or preempted thread just takes fewer), and idle threads
-// poll only briefly before sleeping on a condition variable. A run that had to wait out a
-// preempted thread sends the pool solo (caller only) for a few tens of milliseconds.
+// poll only briefly before sleeping on a condition variable.
 #pragma once
 
 #include <atomic>
@@ -33,8 +32,7 @@ class WorkerPool {
     int n_threads() const { return (int)workers_.size() + 1; }
 
     // Calls task(i) for every i in [0, n_tasks) across the pool; returns when all are done.
-    // Not reentrant: one run() at a time per pool. When a run waits long on a preempted
-    // thread, the next runs for a short while use the calling thread only.
+    // Not reentrant: one run() at a time per pool.
     void run(int64_t n_tasks, const std::function<void(int64_t)> &task);
 
   private:
@@ -50,7 +48,6 @@ class WorkerPool {
     int sleepers_ = 0;                     // workers waiting on wake_, guarded by mutex_
     bool polite_ = false;
     bool stop_ = false;
-    std::atomic<int64_t> solo_until_{0};  // steady_clock ticks: until then run() uses the caller only
 };
 
 }  // namespace kazeia
