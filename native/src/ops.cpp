@@ -11,6 +11,18 @@ namespace kazeia {
 
 namespace {
 
+// Runs task(0..n_tasks) for a custom op: on `pool` when the op has one (called from a
+// one-thread ggml graph: its thread 0 hands the tasks to the pool), else split by ggml's
+// own threads.
+template <typename Task>
+void run_tasks(WorkerPool *pool, int ith, int nth, int64_t n_tasks, const Task &task) {
+    if (pool) {
+        if (ith == 0) pool->run(n_tasks, task);
+        return;
+    }
+    for (int64_t t = ith; t < n_tasks; t += nth) task(t);
+}
+
 // sin^2 through a Cody-Waite reduction by pi/2 and Cephes' single-precision polynomials on
 // [-pi/4, pi/4]; libm's sinf, which ggml_sin calls per element, costs ~10x more and the
 // vocoder evaluates ~35 M per second of audio. Accurate to a few ulp for |x| < 1e5 (sign is
@@ -86,11 +98,7 @@ void snake_kernel(ggml_tensor *dst, const ggml_tensor *x, const ggml_tensor *alp
     auto task = [&](int64_t i) {
         snake_columns(dst, x, a, ib, i * per_task, std::min(columns, (i + 1) * per_task));
     };
-    if (auto *pool = static_cast<WorkerPool *>(userdata)) {
-        if (ith == 0) pool->run(n_tasks, task);
-        return;
-    }
-    for (int64_t i = ith; i < n_tasks; i += nth) task(i);
+    run_tasks(static_cast<WorkerPool *>(userdata), ith, nth, n_tasks, task);
 }
 
 }  // namespace
@@ -257,11 +265,7 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
         }
     };
     const int64_t n_tasks = n_blocks * m_split;
-    if (p->pool) {
-        if (ith == 0) p->pool->run(n_tasks, block);
-        return;
-    }
-    for (int64_t t = ith; t < n_tasks; t += nth) block(t);
+    run_tasks(p->pool, ith, nth, n_tasks, block);
 }
 
 void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
@@ -450,11 +454,7 @@ void window_attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata)
         for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
     };
     const int64_t n_tasks = n * nh;
-    if (p->pool) {
-        if (ith == 0) p->pool->run(n_tasks, task);
-        return;
-    }
-    for (int64_t t = ith; t < n_tasks; t += nth) task(t);
+    run_tasks(p->pool, ith, nth, n_tasks, task);
 }
 
 }  // namespace
