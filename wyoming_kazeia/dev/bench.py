@@ -294,6 +294,11 @@ def run_json_child(
     return result
 
 
+def _ok(flag: bool) -> str:
+    """A target's verdict in the reports."""
+    return "ok" if flag else "MISSED"
+
+
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
@@ -639,20 +644,17 @@ def decoder_table(result: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
 
-    def ok(flag: bool) -> str:
-        return "ok" if flag else "MISSED"
-
     for name, row in rows.items():
         rss_ok = row["peak_rss_mb"] <= TARGET_RSS_MB
         if name == "full":
             label, push = "full decode", "-"
-            target = f"RTF <= {TARGET_FULL_RTF}: {ok(row['rtf'] <= TARGET_FULL_RTF)}"
+            target = f"RTF <= {TARGET_FULL_RTF}: {_ok(row['rtf'] <= TARGET_FULL_RTF)}"
         else:
             label = f"stream k={row['chunk']}"
             push = f"{row['push_mean_ms']:.1f} / {row['push_max_ms']:.1f}"
             good = row["vs_full"] <= TARGET_STREAM_RATIO
-            target = f"<= {TARGET_STREAM_RATIO:.2f}x full: {ok(good)}"
-        target += f"; RSS <= {TARGET_RSS_MB:.0f} MB: {ok(rss_ok)}"
+            target = f"<= {TARGET_STREAM_RATIO:.2f}x full: {_ok(good)}"
+        target += f"; RSS <= {TARGET_RSS_MB:.0f} MB: {_ok(rss_ok)}"
         lines.append(
             f"| {label} | {row['median_s']:.3f} | {row['min_s']:.3f} | {row['rtf']:.3f} "
             f"| {row['vs_full']:.3f}x "
@@ -693,9 +695,9 @@ def decoder_table(result: dict[str, Any]) -> str:
         f"them once per {w['full_chunk_frames']} frames)."
     )
     lines.append(
-        f"Targets: full decode RTF <= {TARGET_FULL_RTF}: {ok(tg['full_rtf_ok'])}; streaming "
-        f"total <= {TARGET_STREAM_RATIO:.2f}x full: {ok(tg['stream_ratio_ok'])}; decoder peak "
-        f"RSS <= {TARGET_RSS_MB:.0f} MB: {ok(tg['rss_ok'])}"
+        f"Targets: full decode RTF <= {TARGET_FULL_RTF}: {_ok(tg['full_rtf_ok'])}; streaming "
+        f"total <= {TARGET_STREAM_RATIO:.2f}x full: {_ok(tg['stream_ratio_ok'])}; decoder peak "
+        f"RSS <= {TARGET_RSS_MB:.0f} MB: {_ok(tg['rss_ok'])}"
     )
     lines.append(
         "RTF (from the median) = compute s / audio s; vs full decode = median / median of the "
@@ -995,19 +997,16 @@ def generate_table(result: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
 
-    def ok(flag: bool) -> str:
-        return "ok" if flag else "MISSED"
-
     for name, row in rows.items():
         if name == "q8_0":
             target = (
-                f"talker <= {TARGET_Q8_TALKER_MS:.0f}: {ok(tg['q8_talker_ok'])}; code predictor "
-                f"<= {TARGET_Q8_PREDICTOR_MS:.0f}: {ok(tg['q8_predictor_ok'])}; total <= "
-                f"{TARGET_Q8_TOTAL_MS:.0f}: {ok(tg['q8_total_ok'])}; peak RSS <= "
-                f"{TARGET_Q8_RSS_MB:.0f} MB: {ok(tg['q8_rss_ok'])}"
+                f"talker <= {TARGET_Q8_TALKER_MS:.0f}: {_ok(tg['q8_talker_ok'])}; code predictor "
+                f"<= {TARGET_Q8_PREDICTOR_MS:.0f}: {_ok(tg['q8_predictor_ok'])}; total <= "
+                f"{TARGET_Q8_TOTAL_MS:.0f}: {_ok(tg['q8_total_ok'])}; peak RSS <= "
+                f"{TARGET_Q8_RSS_MB:.0f} MB: {_ok(tg['q8_rss_ok'])}"
             )
         elif name == "q4_k":
-            target = f"total <= {TARGET_Q4_TOTAL_MS:.0f}: {ok(tg['q4_total_ok'])}"
+            target = f"total <= {TARGET_Q4_TOTAL_MS:.0f}: {_ok(tg['q4_total_ok'])}"
         else:
             target = "-"
         frames = f"{row['frames']}" + (" (eos!)" if row["eos_before_max"] else "")
@@ -1063,14 +1062,14 @@ def generate_table(result: dict[str, Any]) -> str:
         parts = []
         if "q8_talker_ok" in tg:
             parts.append(
-                f"q8_0 talker <= {TARGET_Q8_TALKER_MS:.0f} ms/frame: {ok(tg['q8_talker_ok'])}; "
-                f"code predictor <= {TARGET_Q8_PREDICTOR_MS:.0f}: {ok(tg['q8_predictor_ok'])}; "
-                f"total <= {TARGET_Q8_TOTAL_MS:.0f}: {ok(tg['q8_total_ok'])}; peak RSS <= "
-                f"{TARGET_Q8_RSS_MB:.0f} MB: {ok(tg['q8_rss_ok'])}"
+                f"q8_0 talker <= {TARGET_Q8_TALKER_MS:.0f} ms/frame: {_ok(tg['q8_talker_ok'])}; "
+                f"code predictor <= {TARGET_Q8_PREDICTOR_MS:.0f}: {_ok(tg['q8_predictor_ok'])}; "
+                f"total <= {TARGET_Q8_TOTAL_MS:.0f}: {_ok(tg['q8_total_ok'])}; peak RSS <= "
+                f"{TARGET_Q8_RSS_MB:.0f} MB: {_ok(tg['q8_rss_ok'])}"
             )
         if "q4_total_ok" in tg:
             parts.append(
-                f"q4_k total <= {TARGET_Q4_TOTAL_MS:.0f} ms/frame: {ok(tg['q4_total_ok'])}"
+                f"q4_k total <= {TARGET_Q4_TOTAL_MS:.0f} ms/frame: {_ok(tg['q4_total_ok'])}"
             )
         lines.append("Targets (2-core AVX2 box): " + "; ".join(parts))
     lines.append(
@@ -1509,9 +1508,6 @@ def engine_table(result: dict[str, Any]) -> str:
         result["targets"],
     )
 
-    def ok(flag: bool) -> str:
-        return "ok" if flag else "MISSED"
-
     def label(name: str, row: dict[str, Any]) -> str:
         text = _label(name)
         if row["n_frames"] != c["frames"]:
@@ -1547,12 +1543,12 @@ def engine_table(result: dict[str, Any]) -> str:
     for name, row in rows.items():
         target = []
         if name in tg["ttfa_ok"]:
-            target.append(f"TTFA <= {TARGET_TTFA_MS:.0f}: {ok(tg['ttfa_ok'][name])}")
+            target.append(f"TTFA <= {TARGET_TTFA_MS:.0f}: {_ok(tg['ttfa_ok'][name])}")
             target.append(
-                f"<= {TARGET_ENGINE_STREAM_RATIO:.2f}x: {ok(tg['stream_ratio_ok'][name])}"
+                f"<= {TARGET_ENGINE_STREAM_RATIO:.2f}x: {_ok(tg['stream_ratio_ok'][name])}"
             )
-        target.append(f"RTF <= {TARGET_ENGINE_RTF}: {ok(tg['rtf_ok'][name])}")
-        target.append(f"RSS <= {TARGET_ENGINE_RSS_MB:.0f}: {ok(tg['rss_ok'][name])}")
+        target.append(f"RTF <= {TARGET_ENGINE_RTF}: {_ok(tg['rtf_ok'][name])}")
+        target.append(f"RSS <= {TARGET_ENGINE_RSS_MB:.0f}: {_ok(tg['rss_ok'][name])}")
         lines.append(f"| {label(name, row)} {cells(row)}| {'; '.join(target)} |")
 
     if c["load"]:
@@ -1579,7 +1575,7 @@ def engine_table(result: dict[str, Any]) -> str:
                 f"| {label(name, row)} {cells(row)}"
                 f"| {row['slowdown']:.2f}x ({row['ttfa_slowdown']:.2f}x) "
                 f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
-                f"| slowdown <= {TARGET_LOAD_SLOWDOWN}x: {ok(tg['slowdown_ok'][name])} |"
+                f"| slowdown <= {TARGET_LOAD_SLOWDOWN}x: {_ok(tg['slowdown_ok'][name])} |"
             )
 
     lines.append("")
