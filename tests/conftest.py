@@ -3,14 +3,13 @@ random model for the service tests."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kazeia_dev.random_checkpoint import main as random_checkpoint
 
-from wyoming_kazeia.convert import convert, convert_decoder, convert_talker
-from wyoming_kazeia.dev.random_checkpoint import main as random_checkpoint
+from wyoming_kazeia.convert import convert, convert_part
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "reference"
@@ -27,12 +26,12 @@ def ref_codes(model: str, name: str) -> np.ndarray:
     return np.ascontiguousarray(ref_array(model, name).T)
 
 
-def _convert_each(
-    factory: pytest.TempPathFactory, name: str, convert_part: Callable[[Path, Path, str], Path]
-) -> dict[str, Path]:
-    """`name` (f32) of each reference model, converted once per test session."""
+def _convert_each(factory: pytest.TempPathFactory, part: str) -> dict[str, Path]:
+    """The GGUF of `part` (f32) of each reference model, converted once per test session."""
     return {
-        model: convert_part(REFERENCE / model / "model", factory.mktemp(model) / name, "f32")
+        model: convert_part(
+            part, REFERENCE / model / "model", factory.mktemp(model) / f"{part}.gguf", "f32"
+        )
         for model in REFERENCE_MODELS
     }
 
@@ -40,13 +39,13 @@ def _convert_each(
 @pytest.fixture(scope="session")
 def decoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """decoder.gguf (f32) of each reference model."""
-    return _convert_each(tmp_path_factory, "decoder.gguf", convert_decoder)
+    return _convert_each(tmp_path_factory, "decoder")
 
 
 @pytest.fixture(scope="session")
 def talker_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """talker.gguf (f32) of each reference model."""
-    return _convert_each(tmp_path_factory, "talker.gguf", convert_talker)
+    return _convert_each(tmp_path_factory, "talker")
 
 
 @pytest.fixture(scope="session")

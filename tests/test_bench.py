@@ -7,13 +7,13 @@ from pathlib import Path
 
 import gguf
 import pytest
-
-from wyoming_kazeia import _native
-from wyoming_kazeia.dev.bench import (
+from kazeia_dev.bench.decoder import (
     decoder_columns_per_frame,
     gguf_u32_list,
     streamed_weight_mb,
 )
+
+from wyoming_kazeia import _native
 
 
 @pytest.mark.parametrize("model", ["tiny-0.6b", "tiny-1.7b"])
@@ -42,6 +42,6 @@ def test_columns_per_frame_follow_the_upsampling(decoder_gguf: dict[str, Path], 
 
 
 def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:
-    assert 0.1 < _native.read_bandwidth(16, 2) < 10_000  # GB/s
+    assert 0.1 < _native.testing.read_bandwidth(16, 2) < 10_000  # GB/s
     with pytest.raises(ValueError, match="read_bandwidth"):
-        _native.read_bandwidth(0, 2)
+        _native.testing.read_bandwidth(0, 2)

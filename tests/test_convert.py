@@ -6,55 +6,93 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
 import pytest
 from conftest import REFERENCE, ref_codes
+from kazeia_dev.random_checkpoint import main as random_checkpoint
 from safetensors.numpy import load_file, save_file
 
-from wyoming_kazeia import _native
-from wyoming_kazeia.convert import ConversionError, convert, convert_decoder, decoder_hparams
-from wyoming_kazeia.dev.random_checkpoint import main as random_checkpoint
-from wyoming_kazeia.native import SpeechDecoder
+from wyoming_kazeia.convert import (
+    PARTS,
+    ConversionError,
+    convert,
+    convert_part,
+    part_metadata,
+    part_tensor_specs,
+)
+from wyoming_kazeia.native import SpeechDecoder, formats
 
 TINY = REFERENCE / "tiny-0.6b" / "model"
 
 
 def test_gguf_matches_native_tables(decoder_gguf: dict[str, Path]) -> None:
     """Every key and tensor the C++ table names is in the file with its shape, nothing else."""
+    part = next(p for p in formats.parts() if p["name"] == "decoder")
     for model, path in decoder_gguf.items():
         reader = gguf.GGUFReader(path)
-        arch = _native.decoder_arch()
-        assert reader.fields["general.architecture"].contents() == arch["arch"]
-        assert reader.fields[arch["format_version_key"]].contents() == arch["format_version"]
-        config = json.loads(
-            (REFERENCE / model / "model" / "speech_tokenizer" / "config.json").read_text()
-        )
-        hparams = decoder_hparams(config, Path("config.json"))
+        assert reader.fields["general.architecture"].contents() == part["arch"]
+        assert reader.fields[part["format_version_key"]].contents() == part["format_version"]
+        metadata = part_metadata("decoder", REFERENCE / model / "model")
+        hparams = {key: value for key, value, _ in metadata}
         loaded = SpeechDecoder(str(path), threads=1).hparams
         assert sorted(loaded) == sorted(hparams)
         for key, value in hparams.items():
             # Written, and read back by the native loader, as the config says (f32 rounding).
             assert np.allclose(reader.fields[key].contents(), value, rtol=1e-7), key
             assert np.allclose(loaded[key], value, rtol=1e-7), key
-        specs = _native.decoder_tensor_specs(hparams)
+        specs = part_tensor_specs("decoder", metadata)
         assert [t.name for t in reader.tensors] == [s["name"] for s in specs]
         for t, s in zip(reader.tensors, specs, strict=True):
             assert list(t.shape) == s["ne"], s["name"]
 
 
-def test_hparams_come_from_config() -> None:
+def test_hparams_come_from_config(tmp_path: Path) -> None:
+    config_path = tmp_path / "speech_tokenizer" / "config.json"
+    config_path.parent.mkdir()
     config = json.loads((TINY / "speech_tokenizer" / "config.json").read_text())
-    hp = decoder_hparams(config, Path("c.json"))
+
+    def hparams() -> dict[str, Any]:
+        config_path.write_text(json.dumps(config))
+        return {key: value for key, value, _ in part_metadata("decoder", tmp_path)}
+
+    hp = hparams()
     assert hp["kazeia.decoder.sliding_window"] == config["decoder_config"]["sliding_window"]
     assert hp["kazeia.decoder.upsample_rates"] == config["decoder_config"]["upsample_rates"]
     assert hp["kazeia.decoder.hop_length"] == config["decode_upsample_rate"]
+    assert hp["kazeia.decoder.num_semantic_quantizers"] == 1  # a constant of the official code
     config["decoder_config"]["sliding_window"] = 33
-    assert decoder_hparams(config, Path("c.json"))["kazeia.decoder.sliding_window"] == 33
+    assert hparams()["kazeia.decoder.sliding_window"] == 33
     del config["decoder_config"]["num_hidden_layers"]
     with pytest.raises(ConversionError, match="lacks 'decoder_config.num_hidden_layers'"):
-        decoder_hparams(config, Path("c.json"))
+        hparams()
+
+
+def test_parts_are_converted_in_one_loop() -> None:
+    """The converter serves every part the native tables name, each in its own file."""
+    assert [p["name"] for p in PARTS] == ["decoder", "talker"]
+    assert len({p["file"] for p in PARTS}) == len({p["arch"] for p in PARTS}) == len(PARTS)
+    for part in PARTS:
+        for key in part["meta_keys"]:
+            assert (key["source"] is None) or ":" in key["source"], key
+
+
+def test_storage_rule_is_a_column_of_the_table() -> None:
+    """f16 only for the decoder's GEMM matrices, quantization only for the talker's matrices
+    and tables; every norm, bias and vector stays f32."""
+    for part in PARTS:
+        metadata = part_metadata(part["name"], TINY)
+        for spec in part_tensor_specs(part["name"], metadata):
+            if len(spec["ne"]) == 1 or "norm" in spec["name"] or "codebook" in spec["name"]:
+                assert spec["storage"] == "f32", spec["name"]
+            elif part["name"] == "talker":
+                assert spec["storage"] == "quantizable", spec["name"]
+    decoder = part_tensor_specs("decoder", part_metadata("decoder", TINY))
+    storage = {s["name"]: s["storage"] for s in decoder}
+    assert storage["dec.voc.blk.0.res.0.conv1.weight"] == "f16_when_quantized"
+    assert storage["dec.up.0.dwconv.weight"] == "f32"  # depthwise: not a GEMM
 
 
 def test_codebooks_are_stored_ready_to_use(decoder_gguf: dict[str, Path]) -> None:
@@ -69,7 +107,7 @@ def test_codebooks_are_stored_ready_to_use(decoder_gguf: dict[str, Path]) -> Non
 
 
 def test_deterministic(tmp_path: Path, decoder_gguf: dict[str, Path]) -> None:
-    again = convert_decoder(TINY, tmp_path / "decoder.gguf")
+    again = convert_part("decoder", TINY, tmp_path / "decoder.gguf")
     assert again.read_bytes() == decoder_gguf["tiny-0.6b"].read_bytes()
 
 
@@ -120,8 +158,8 @@ def test_sharded_bf16_and_f16_checkpoints(tmp_path: Path) -> None:
     index = {"weight_map": {n: f for f, part in shards.items() for n in part}}
     (st_dir / "model.safetensors.index.json").write_text(json.dumps(index))
 
-    out = convert_decoder(ckpt, tmp_path / "sharded.gguf")
-    ref = convert_decoder(expected_dir, tmp_path / "expected.gguf")
+    out = convert_part("decoder", ckpt, tmp_path / "sharded.gguf")
+    ref = convert_part("decoder", expected_dir, tmp_path / "expected.gguf")
     assert out.read_bytes() == ref.read_bytes()
 
 
@@ -184,7 +222,7 @@ def test_truncated_safetensors(tmp_path: Path) -> None:
 @pytest.mark.parametrize("out_type", ["f16", "q8_0", "q4_k"])
 def test_decoder_gemm_matrices_are_f16_below_f32(tmp_path: Path, out_type: str) -> None:
     """Any type but f32 stores the decoder matrices its GEMM runs as f16, and nothing else."""
-    out = convert_decoder(TINY, tmp_path / "decoder.gguf", out_type)
+    out = convert_part("decoder", TINY, tmp_path / "decoder.gguf", out_type)
     types = {t.name: t.tensor_type for t in gguf.GGUFReader(out).tensors}
     F16, F32 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32
     assert types["dec.voc.blk.0.res.0.conv1.weight"] == F16
@@ -197,9 +235,11 @@ def test_decoder_gemm_matrices_are_f16_below_f32(tmp_path: Path, out_type: str) 
 
 
 def test_f16_decoder_streams_exactly_and_stays_close_to_f32(tmp_path: Path) -> None:
-    out = convert_decoder(TINY, tmp_path / "decoder.gguf", "f16")
+    out = convert_part("decoder", TINY, tmp_path / "decoder.gguf", "f16")
     codes = ref_codes("tiny-0.6b", "dec_codes_long")
-    f32 = SpeechDecoder(str(convert_decoder(TINY, tmp_path / "f32.gguf")), threads=1).decode(codes)
+    f32 = SpeechDecoder(
+        str(convert_part("decoder", TINY, tmp_path / "f32.gguf")), threads=1
+    ).decode(codes)
     decoder = SpeechDecoder(str(out), threads=2)
     f16 = decoder.decode(codes)
     # f16 weights, f32 math: streaming is as exact as with f32 weights (activations stay f32).
@@ -232,21 +272,20 @@ def test_cli_main(tmp_path: Path) -> None:
 
 
 def test_talker_gguf_matches_native_tables(talker_gguf: dict[str, Path]) -> None:
-    from wyoming_kazeia.convert import talker_metadata
     from wyoming_kazeia.native import Generator
 
+    part = next(p for p in formats.parts() if p["name"] == "talker")
     for model, path in talker_gguf.items():
         reader = gguf.GGUFReader(path)
-        assert reader.fields["general.architecture"].contents() == _native.talker_arch()["arch"]
-        metadata = talker_metadata(REFERENCE / model / "model")
+        assert reader.fields["general.architecture"].contents() == part["arch"]
+        metadata = part_metadata("talker", REFERENCE / model / "model")
         for key, value, kind in metadata:
             stored = reader.fields[key].contents()
             if kind == "f32":
                 assert stored == pytest.approx(value, rel=1e-7), key
             else:
                 assert stored == value, key
-        hparams = {k: v for k, v, kind in metadata if kind in ("u32", "f32")}
-        specs = _native.talker_tensor_specs(hparams)
+        specs = part_tensor_specs("talker", metadata)
         assert [t.name for t in reader.tensors] == [s["name"] for s in specs]
         for t, s in zip(reader.tensors, specs, strict=True):
             assert list(t.shape) == s["ne"], s["name"]
@@ -266,10 +305,8 @@ def test_talker_quant_fallback_is_logged(tmp_path: Path, caplog: pytest.LogCaptu
     """Rows of 16 values (tiny widths) fit no quant block: f16, said in the log."""
     import logging
 
-    from wyoming_kazeia.convert import convert_talker
-
     caplog.set_level(logging.INFO)
-    out = convert_talker(TINY, tmp_path / "talker.gguf", "q8_0")
+    out = convert_part("talker", TINY, tmp_path / "talker.gguf", "q8_0")
     types = {t.name: t.tensor_type for t in gguf.GGUFReader(out).tensors}
     assert types["tlk.blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.F16
     assert types["tlk.blk.0.ffn_down.weight"] == gguf.GGMLQuantizationType.Q8_0  # rows of 64

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile as sf
+from kazeia_dev.random_checkpoint import main as random_checkpoint
 
 from wyoming_kazeia.convert import convert
-from wyoming_kazeia.dev.random_checkpoint import main as random_checkpoint
 from wyoming_kazeia.engine import Engine, EngineError
 from wyoming_kazeia.native import ModelError
 from wyoming_kazeia.settings import EngineSettings, SettingsError

@@ -141,7 +141,7 @@ def draws(logits: np.ndarray, n: int = 2000, **kw: object) -> np.ndarray:
         "seed": 7,
     }
     args.update(kw)
-    return np.array(_native.select_token(logits.astype(np.float32), n=n, **args))  # type: ignore[arg-type]
+    return np.array(_native.testing.select_token(logits.astype(np.float32), n=n, **args))  # type: ignore[arg-type]
 
 
 def test_suppressed_tokens_never_sampled() -> None:

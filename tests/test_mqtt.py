@@ -24,9 +24,9 @@ from typing import Any
 
 import aiomqtt
 import pytest
+from kazeia_dev.random_checkpoint import main as random_checkpoint
 
 from wyoming_kazeia.convert import convert
-from wyoming_kazeia.dev.random_checkpoint import main as random_checkpoint
 from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from wyoming_kazeia.service import TtsService

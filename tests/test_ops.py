@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wyoming_kazeia import _native
+from wyoming_kazeia._native import testing
 
 
 def test_sin_squared_accuracy() -> None:
@@ -20,8 +20,8 @@ def test_sin_squared_accuracy() -> None:
     ).astype(np.float32)
     assert len(xs) % 8 != 0  # the last few values take the one-by-one path
     exact = np.sin(xs.astype(np.float64)) ** 2
-    lanes = _native.sin_squared(xs)
-    one_by_one = np.concatenate([_native.sin_squared(xs[i : i + 1]) for i in range(len(xs))])
+    lanes = testing.sin_squared(xs)
+    one_by_one = np.concatenate([testing.sin_squared(xs[i : i + 1]) for i in range(len(xs))])
     # A few float32 ulp of a value <= 1, for arguments up to 5e4 (the Cody-Waite reduction by
     # pi/2 in three parts keeps large arguments exact enough). Measured max: 1.1e-7.
     for ours in (lanes, one_by_one):
@@ -60,7 +60,7 @@ def test_window_attention_against_numpy(heads: int, kv_heads: int) -> None:
     for i in range(n):
         mask[i, hist + i - window + 1 : hist + i + 1] = 0.0
     scale = hd**-0.5
-    ours = _native.window_attention(q, k, v, mask, kv_heads, scale)
+    ours = testing.window_attention(q, k, v, mask, kv_heads, scale)
     assert ours.shape == (n, heads * hd)
     np.testing.assert_allclose(ours, attention_numpy(q, k, v, mask, kv_heads, scale), atol=1e-5)
 
@@ -69,4 +69,4 @@ def test_window_attention_rejects_bad_shapes() -> None:
     q = np.zeros((2, 4, 8), np.float32)
     kv = np.zeros((3, 16), np.float32)
     with pytest.raises(ValueError, match="inconsistent shapes"):
-        _native.window_attention(q, kv, kv, np.zeros((2, 3), np.float32), 3, 1.0)
+        testing.window_attention(q, kv, kv, np.zeros((2, 3), np.float32), 3, 1.0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from wyoming_kazeia import _native
-from wyoming_kazeia._tools import tool_path
+from wyoming_kazeia.native import tool_path
 
 # Loads the stock ggml of libggml-python (as llama-cpp-python or another binding would) before
 # or after our extension, decodes, and reports which ggml libraries the process mapped.

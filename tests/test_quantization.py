@@ -19,9 +19,8 @@ import pytest
 from conftest import REFERENCE
 from safetensors.numpy import save_file
 
-from wyoming_kazeia import _native
-from wyoming_kazeia.convert import convert_talker, talker_metadata
-from wyoming_kazeia.native import Generator
+from wyoming_kazeia.convert import convert_part, part_metadata, part_tensor_specs
+from wyoming_kazeia.native import Generator, formats
 
 WIDTH = 256
 
@@ -43,19 +42,18 @@ def _mid_checkpoint(out: Path) -> Path:
     tc["code_predictor_config"].update(stack)
     (out / "config.json").write_text(json.dumps(config))
     shutil.copy(REFERENCE / "tiny-0.6b" / "model" / "generation_config.json", out)
-    hparams = {k: v for k, v, kind in talker_metadata(out) if kind in ("u32", "f32")}
     rng = np.random.default_rng(0)
     tensors: dict[str, np.ndarray] = {}
-    for spec in _native.talker_tensor_specs(hparams):
+    for spec in part_tensor_specs("talker", part_metadata("talker", out)):
         shape = tuple(reversed(spec["ne"]))
         n = len(spec["sources"])
-        part = shape[1:] if spec["kind"] == "matrix" and n > 1 else (shape[0] // n, *shape[1:])
+        part = shape[1:] if spec["transform"] == "stack" else (shape[0] // n, *shape[1:])
         for source in spec["sources"]:
-            if spec["kind"] == "norm":
+            if "norm" in source:
                 data = 1.0 + 0.1 * rng.standard_normal(part)
-            elif spec["kind"] == "bias":
+            elif source.endswith(".bias"):
                 data = 0.1 * rng.standard_normal(part)
-            elif spec["kind"] == "embedding":
+            elif "embedding" in source:
                 data = rng.standard_normal(part)
             else:  # unit-scale activations; heads a little peakier than that
                 gain = 3.0 if "head" in source else 1.0
@@ -71,7 +69,7 @@ def test_weight_error(qtype: str, max_err: float) -> None:
     import gguf
 
     x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
-    raw = np.frombuffer(_native.quantize(x, qtype), np.uint8).reshape(64, -1)
+    raw = np.frombuffer(formats.quantize(x, qtype), np.uint8).reshape(64, -1)
     kind = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K}
     y = gguf.quants.dequantize(raw, kind[qtype])
     err = float(np.sqrt(((y - x) ** 2).mean() / (x**2).mean()))
@@ -105,10 +103,10 @@ def test_quantized_logits_close_to_f32(
     base = tmp_path_factory.getbasetemp() / "mid"
     if not (base / "talker-f32.gguf").exists():
         ckpt = _mid_checkpoint(base / "ckpt")
-        convert_talker(ckpt, base / "talker-f32.gguf", "f32")
+        convert_part("talker", ckpt, base / "talker-f32.gguf", "f32")
     ckpt = base / "ckpt"
     caplog.set_level(logging.INFO)
-    convert_talker(ckpt, base / f"talker-{qtype}.gguf", qtype)
+    convert_part("talker", ckpt, base / f"talker-{qtype}.gguf", qtype)
     assert not [r for r in caplog.records if "do not fit" in r.getMessage()]  # all rows fit
 
     ref, quant = (Generator(str(base / f"talker-{t}.gguf"), threads=2) for t in ("f32", qtype))

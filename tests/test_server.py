@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from kazeia_dev.bench.server import parse_wyoming_bench
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncClient
 from wyoming.event import Event
@@ -33,7 +34,6 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from wyoming_kazeia.dev.bench_server import parse_wyoming_bench
 from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, split_sentences
 from wyoming_kazeia.server import serve

@@ -5,7 +5,7 @@ The reference is transformers' tokenizer loaded the way qwen-tts loads it:
 whose tokenizer is ``Qwen2TokenizerFast.from_pretrained(path, fix_mistral_regex=True)`` (the
 processor forwards its kwargs), called on the prompt with ``padding=True, padding_side="left"``.
 qwen_tts itself needs torch, so the tokenizer is loaded directly here. The checkpoint is a random
-one from ``wyoming_kazeia.dev.random_checkpoint`` (a small byte-level BPE, dense 151643-entry
+one from ``kazeia_dev.random_checkpoint`` (a small byte-level BPE, dense 151643-entry
 vocabulary, added tokens at the real Qwen ids, ``transformers_version`` 4.57.3 like real ones).
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kazeia_dev.random_checkpoint import build_tokenizer, bytes_to_unicode, write_checkpoint
 
-from wyoming_kazeia.dev.random_checkpoint import build_tokenizer, bytes_to_unicode, write_checkpoint
 from wyoming_kazeia.tokenizer import (
     FIXED_MISTRAL_PATTERN,
     QWEN2_PATTERN,

@@ -20,15 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .convert import ConversionError
 from .engine import Engine
-from .models import DEFAULT_MODEL, ModelNotFoundError, resolve_model
+from .errors import KazeiaError, SettingsError
+from .models import DEFAULT_MODEL, resolve_model
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
-from .native import ModelError
 from .server import serve
 from .service import TtsService
-from .settings import EngineSettings, SettingsError, add_env_argument, parse_setting
-from .voices import VoiceError
+from .settings import EngineSettings, add_env_argument, parse_setting
 
 _LOGGER = logging.getLogger("wyoming_kazeia")
 
@@ -132,14 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _LOGGER.info("loading %s", model_dir)
         engine = Engine(model_dir, settings)
         service = TtsService(engine, args.voice, args.max_queue)
-    except (
-        SettingsError,
-        ModelNotFoundError,
-        ConversionError,
-        ModelError,
-        VoiceError,
-        OSError,
-    ) as err:
+    except KazeiaError as err:
         _LOGGER.error("%s", err)
         return 1
     with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):

@@ -3,7 +3,26 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-class ModelError(RuntimeError): ...
+from .errors import InputError as InputError
+from .errors import ModelError as ModelError
+
+DECODER_MAX_CHUNK_FRAMES: int
+PROMPT_ROLE_TOKENS: int
+PROMPT_TRAILER_TOKENS: int
+
+class DecoderHParams:
+    @property
+    def sample_rate(self) -> int: ...
+    @property
+    def hop_length(self) -> int: ...
+    @property
+    def num_quantizers(self) -> int: ...
+    @property
+    def codebook_size(self) -> int: ...
+    @property
+    def as_dict(self) -> dict[str, Any]: ...
+
+def read_decoder_hparams(path: str) -> DecoderHParams: ...
 
 class DecoderStream:
     def push(self, codes: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
@@ -74,6 +93,7 @@ class Generator:
         max_frames: int = 2048,
         kv_block: int = 256,
     ) -> dict[str, npt.NDArray[Any]]: ...
+    def text_tokens(self, input_ids: npt.ArrayLike) -> int: ...
     @property
     def hparams(self) -> dict[str, Any]: ...
     @property
@@ -83,33 +103,42 @@ class Generator:
     @property
     def languages(self) -> list[str]: ...
 
-def talker_arch() -> dict[str, Any]: ...
-def talker_tensor_specs(hparams: dict[str, Any]) -> list[dict[str, Any]]: ...
-def quantize(data: npt.ArrayLike, type: str) -> bytes: ...
-def quant_block_size(type: str) -> int: ...
-def select_token(
-    logits: npt.ArrayLike,
-    history: list[int],
-    repetition_penalty: float,
-    suppress_begin: int,
-    suppress_end: int,
-    keep: int,
-    greedy: bool,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    seed: int,
-    n: int,
-) -> list[int]: ...
-def decoder_arch() -> dict[str, Any]: ...
-def decoder_tensor_specs(hparams: dict[str, Any]) -> list[dict[str, Any]]: ...
-def read_bandwidth(megabytes: int = 256, threads: int = 2) -> float: ...
-def sin_squared(x: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
-def window_attention(
-    q: npt.ArrayLike,
-    k: npt.ArrayLike,
-    v: npt.ArrayLike,
-    mask: npt.ArrayLike,
-    n_kv_heads: int,
-    scale: float,
-) -> npt.NDArray[np.float32]: ...
+# _native.formats: the converter's audience.
+class _Formats:
+    def parts(self) -> list[dict[str, Any]]: ...
+    def tensor_specs(self, part: str, hparams: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def quantize(self, data: npt.ArrayLike, type: str) -> bytes: ...
+    def quant_block_size(self, type: str) -> int: ...
+
+formats: _Formats
+
+# _native.testing: test hooks and bench probes.
+class _Testing:
+    def select_token(
+        self,
+        logits: npt.ArrayLike,
+        history: list[int],
+        repetition_penalty: float,
+        suppress_begin: int,
+        suppress_end: int,
+        keep: int,
+        greedy: bool,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        seed: int,
+        n: int,
+    ) -> list[int]: ...
+    def read_bandwidth(self, megabytes: int = 256, threads: int = 2) -> float: ...
+    def sin_squared(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
+    def window_attention(
+        self,
+        q: npt.ArrayLike,
+        k: npt.ArrayLike,
+        v: npt.ArrayLike,
+        mask: npt.ArrayLike,
+        n_kv_heads: int,
+        scale: float,
+    ) -> npt.NDArray[np.float32]: ...
+
+testing: _Testing

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-from . import _native
-
-
-def tool_path(name: str) -> Path:
-    """Path of a native tool installed beside the extension module."""
-    return Path(_native.__file__).resolve().parent / "bin" / name
+from .native import tool_path
 
 
 def kazeia_decoder() -> None:

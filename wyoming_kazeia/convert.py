@@ -2,11 +2,12 @@
 
     python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR [--type f32|f16|q8_0|q4_k]
 
-writes OUT_DIR/decoder.gguf (the speech decoder), OUT_DIR/talker.gguf (talker, text path and
-code predictor) and copies the tokenizer files. Every hyper-parameter comes from the
-checkpoint's config.json through the metadata key table of the native loader, and every
-tensor through its tensor table (`wyoming_kazeia._native.decoder_arch` and
-`decoder_tensor_specs`), so the files always match what the loader expects.
+writes one GGUF file per model part (OUT_DIR/decoder.gguf: the speech decoder; OUT_DIR/talker.gguf:
+talker, text path and code predictor) and copies the tokenizer files. The parts and their format
+tables come from the native loader (`native.formats`): every hyper-parameter is read from the
+checkpoint's JSON files through a part's metadata key table, every tensor is made through its
+tensor table (sources, transform, storage rule), so the files always match what the loader
+expects. One loop serves every part.
 """
 
 from __future__ import annotations
@@ -27,17 +28,14 @@ from typing import Any
 import gguf
 import numpy as np
 
-from . import _native
+from .errors import ConversionError
+from .native import formats
 
 _LOGGER = logging.getLogger(__name__)
 
 OUT_TYPES = ("f32", "f16", "q8_0", "q4_k")
 # Below this many bytes of output a conversion does not log per-tensor progress.
 _PROGRESS_MIN_BYTES = 64 << 20
-
-
-class ConversionError(Exception):
-    """The checkpoint cannot be converted; the message says which file or tensor and why."""
 
 
 # --------------------------------------------------------------------------- safetensors
@@ -135,13 +133,14 @@ def _trans_conv(w: np.ndarray, stride: int) -> np.ndarray:
 
 _TRANSFORMS: dict[str, Callable[[list[np.ndarray], int], np.ndarray]] = {
     "copy": lambda a, _s: a[0],
-    "linear": lambda a, _s: a[0],
     "conv": lambda a, _s: a[0].transpose(0, 2, 1).reshape(a[0].shape[0], -1),
     "trans_conv": lambda a, s: _trans_conv(a[0], s),
     "depthwise": lambda a, _s: a[0][:, 0, :].T,
     "codebook": lambda a, _s: a[0] / np.maximum(a[1], np.float32(1e-5))[:, None],
     "exp": lambda a, _s: np.exp(a[0]),
     "inv_exp": lambda a, _s: np.float32(1.0) / (np.exp(a[0]) + np.float32(1e-9)),
+    "stack": lambda a, _s: np.stack(a),
+    "concat": lambda a, _s: np.concatenate(a),
 }
 
 
@@ -179,6 +178,7 @@ def _config_value(config: dict[str, Any], path: str, source: Path) -> Any:
 
 
 def _typed(value: Any, kind: str, key: str) -> Any:
+    """A metadata value as its GGUF kind (u32, f32, u32_array)."""
     try:
         if kind == "u32":
             if int(value) != value or value < 0:
@@ -189,19 +189,6 @@ def _typed(value: Any, kind: str, key: str) -> Any:
         return [int(v) for v in value]
     except (TypeError, ValueError) as err:
         raise ConversionError(f"metadata '{key}' has an invalid value {value!r}") from err
-
-
-def decoder_hparams(config: dict[str, Any], source: Path) -> dict[str, Any]:
-    """The decoder GGUF metadata, read from speech_tokenizer/config.json via the key table."""
-    out: dict[str, Any] = {}
-    for k in _native.decoder_arch()["meta_keys"]:
-        raw = (
-            k["constant"]
-            if k["config_path"] is None
-            else _config_value(config, k["config_path"], source)
-        )
-        out[k["key"]] = _typed(raw, k["type"], k["key"])
-    return out
 
 
 # --------------------------------------------------------------------------- GGUF writing
@@ -244,12 +231,30 @@ def fitting_type(wanted: str, row: int) -> str:
     return "f32"
 
 
+def storage_type(spec: dict[str, Any], out_type: str) -> str:
+    """How the tensor of `spec` is stored for --type `out_type`, by its storage rule."""
+    if spec["storage"] == "f32" or out_type == "f32":
+        return "f32"
+    if spec["storage"] == "f16_when_quantized":
+        return "f16"
+    chosen = fitting_type(out_type, spec["ne"][0])
+    if chosen != out_type:
+        _LOGGER.info(
+            "%s: rows of %d do not fit %s, stored as %s",
+            spec["name"],
+            spec["ne"][0],
+            out_type,
+            chosen,
+        )
+    return chosen
+
+
 def _encode(data: np.ndarray, qtype: str) -> np.ndarray:
     if qtype == "f32":
         return np.ascontiguousarray(data, dtype=np.float32)
     if qtype == "f16":
         return data.astype(np.float16)
-    raw = _native.quantize(data, qtype)
+    raw = formats.quantize(data, qtype)
     rows = int(np.prod(data.shape[:-1])) if data.ndim > 1 else 1
     return np.frombuffer(raw, dtype=np.uint8).reshape(rows, -1)
 
@@ -326,60 +331,17 @@ def _write_gguf(
     return total
 
 
-# Checkpoint tensors that only encoding (audio -> codes) uses: TTS never runs them.
-_ENCODER_ONLY_PREFIX = "encoder."
-_ENCODER_ONLY = {
-    "decoder.quantizer.rvq_first.input_proj.weight",
-    "decoder.quantizer.rvq_rest.input_proj.weight",
-}
+# --------------------------------------------------------------------------- parts
+
+PARTS: list[dict[str, Any]] = formats.parts()
 
 
-def _check_names(ckpt: SafetensorsCheckpoint, used: set[str], source: Path) -> None:
-    for name in ckpt.names():
-        if name.startswith(_ENCODER_ONLY_PREFIX) or name in _ENCODER_ONLY:
-            continue
-        if name not in used:
-            raise ConversionError(f"{source}: unknown tensor '{name}' (not in the decoder table)")
-
-
-def convert_decoder(checkpoint_dir: Path, out_path: Path, out_type: str = "f32") -> Path:
-    """speech_tokenizer/ of a checkpoint -> decoder.gguf."""
-    tok_dir = checkpoint_dir / "speech_tokenizer"
-    config_path = tok_dir / "config.json"
-    try:
-        config = json.loads(config_path.read_text())
-    except (OSError, ValueError) as err:
-        raise ConversionError(f"cannot read {config_path}: {err}") from err
-    hparams = decoder_hparams(config, config_path)
-    specs = _native.decoder_tensor_specs(hparams)
-    ckpt = SafetensorsCheckpoint(tok_dir)
-    used = {s for spec in specs for s in spec["sources"]}
-    missing = sorted(s for s in used if s not in ckpt.entries)
-    if missing:
-        raise ConversionError(f"{tok_dir}: checkpoint tensor '{missing[0]}' is missing")
-    _check_names(ckpt, used, tok_dir)
-
-    arch = _native.decoder_arch()
-    metadata: list[tuple[str, Any, str]] = [
-        (arch["format_version_key"], arch["format_version"], "u32")
-    ]
-    kinds = {k["key"]: k["type"] for k in arch["meta_keys"]}
-    metadata += [(key, value, kinds[key]) for key, value in hparams.items()]
-
-    # The decoder is compute-bound (~62 GFLOP per second of audio): quantizing it to 8 or 4
-    # bits would cost quality for no speed. Any --type but f32 stores its GEMM matrices as f16:
-    # half the memory, and half the bytes a streamed frame reads (each push reads every
-    # weight); the GEMM widens them to f32, so activations stay f32. Other tensors stay f32.
-    panel = arch["conv_panel"]
-
-    def qtype(spec: dict[str, Any]) -> str:
-        gemm = spec["transform"] in ("linear", "conv", "trans_conv") and spec["ne"][1] % panel == 0
-        return "f16" if out_type != "f32" and gemm else "f32"
-
-    tensors = [_OutTensor(s["name"], tuple(reversed(s["ne"])), qtype(s)) for s in specs]
-    total = _write_gguf(out_path, arch["arch"], metadata, tensors, lambda i: _apply(specs[i], ckpt))
-    _LOGGER.info("wrote %s (%d tensors, %d MB)", out_path, len(specs), total >> 20)
-    return out_path
+def _part(name: str) -> dict[str, Any]:
+    for part in PARTS:
+        if part["name"] == name:
+            return part
+    names = ", ".join(p["name"] for p in PARTS)
+    raise ConversionError(f"unknown model part {name!r}; parts: {names}")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -392,20 +354,23 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def talker_metadata(checkpoint_dir: Path) -> list[tuple[str, Any, str]]:
-    """The talker GGUF metadata from config.json and generation_config.json via the key table.
+def part_metadata(name: str, checkpoint_dir: Path) -> list[tuple[str, Any, str]]:
+    """The GGUF metadata of part `name`: (key, value, kind) for each key of its table, read
+    from the checkpoint's JSON files ("FILE:dotted.path") or a constant of the official code.
 
     Maps (speakers, languages, dialects) become a sorted name list and a value list; the
     dialect list shares the speaker order ("" for no dialect)."""
-    files = {
-        name: _read_json(checkpoint_dir / name)
-        for name in ("config.json", "generation_config.json")
-    }
+    files: dict[str, dict[str, Any]] = {}
     out: list[tuple[str, Any, str]] = []
-    for k in _native.talker_arch()["meta_keys"]:
-        fname, _, path = k["config_path"].partition(":")
+    for k in _part(name)["meta_keys"]:
+        if k["source"] is None:
+            out.append((k["key"], _typed(k["constant"], k["type"], k["key"]), k["type"]))
+            continue
+        fname, _, path = k["source"].partition(":")
+        if fname not in files:
+            files[fname] = _read_json(checkpoint_dir / fname)
         value = _config_value(files[fname], path, checkpoint_dir / fname)
-        if k["type"] in ("u32", "f32"):
+        if k["type"] in ("u32", "f32", "u32_array"):
             out.append((k["key"], _typed(value, k["type"], k["key"]), k["type"]))
             continue
         if not isinstance(value, dict):
@@ -430,57 +395,37 @@ def talker_metadata(checkpoint_dir: Path) -> list[tuple[str, Any, str]]:
     return out
 
 
-def convert_talker(checkpoint_dir: Path, out_path: Path, out_type: str = "f32") -> Path:
-    """model.safetensors of a checkpoint -> talker.gguf (talker, text path, code predictor)."""
-    metadata = talker_metadata(checkpoint_dir)
-    hparams = {key: value for key, value, kind in metadata if kind in ("u32", "f32")}
-    specs = _native.talker_tensor_specs(hparams)
-    ckpt = SafetensorsCheckpoint(checkpoint_dir)
+def part_tensor_specs(name: str, metadata: Sequence[tuple[str, Any, str]]) -> list[dict[str, Any]]:
+    """Every tensor of part `name` for the hyper-parameters in `metadata`, in file order."""
+    hparams = {key: value for key, value, kind in metadata if kind in ("u32", "f32", "u32_array")}
+    specs: list[dict[str, Any]] = formats.tensor_specs(name, hparams)
+    return specs
+
+
+def convert_part(name: str, checkpoint_dir: Path, out_path: Path, out_type: str = "f32") -> Path:
+    """One model part of a checkpoint -> its GGUF file (e.g. "decoder" -> decoder.gguf)."""
+    part = _part(name)
+    metadata = part_metadata(name, checkpoint_dir)
+    specs = part_tensor_specs(name, metadata)
+    weights_dir = checkpoint_dir / part["weights_dir"]
+    ckpt = SafetensorsCheckpoint(weights_dir)
     used = {s for spec in specs for s in spec["sources"]}
-    for name in sorted(used):
-        if name not in ckpt.entries:
-            raise ConversionError(f"{checkpoint_dir}: checkpoint tensor '{name}' is missing")
-    for name in ckpt.names():
-        # The Base model's speaker encoder serves voice cloning, which the engine lacks yet.
-        if name not in used and not name.startswith("speaker_encoder."):
+    missing = sorted(s for s in used if s not in ckpt.entries)
+    if missing:
+        raise ConversionError(f"{weights_dir}: checkpoint tensor '{missing[0]}' is missing")
+    unused = tuple(part["unused_sources"])
+    for source in ckpt.names():
+        if source not in used and not source.startswith(unused):
             raise ConversionError(
-                f"{checkpoint_dir}: unknown tensor '{name}' (not in the talker table)"
+                f"{weights_dir}: unknown tensor '{source}' (not in the {name} table)"
             )
-
-    def qtype(spec: dict[str, Any]) -> str:
-        if spec["kind"] in ("norm", "bias") or out_type == "f32":
-            return "f32"
-        chosen = fitting_type(out_type, spec["ne"][0])
-        if chosen != out_type:
-            _LOGGER.info(
-                "%s: rows of %d do not fit %s, stored as %s",
-                spec["name"],
-                spec["ne"][0],
-                out_type,
-                chosen,
-            )
-        return chosen
-
-    def load(i: int) -> np.ndarray:
-        spec = specs[i]
-        parts = [ckpt.get(s) for s in spec["sources"]]
-        data = (
-            parts[0]
-            if len(parts) == 1
-            else (np.stack(parts) if spec["kind"] == "matrix" else np.concatenate(parts))
-        )
-        expected = tuple(reversed(spec["ne"]))
-        if data.shape != expected:
-            raise ConversionError(
-                f"tensor '{spec['sources'][0]}' has shape {ckpt.entries[spec['sources'][0]].shape}"
-                f", which does not fit '{spec['name']}' {expected} from config.json"
-            )
-        return data
-
-    tensors = [_OutTensor(s["name"], tuple(reversed(s["ne"])), qtype(s)) for s in specs]
-    arch = _native.talker_arch()
-    metadata = [(arch["format_version_key"], arch["format_version"], "u32"), *metadata]
-    total = _write_gguf(out_path, arch["arch"], metadata, tensors, load)
+    tensors = [
+        _OutTensor(s["name"], tuple(reversed(s["ne"])), storage_type(s, out_type)) for s in specs
+    ]
+    version = (part["format_version_key"], part["format_version"], "u32")
+    total = _write_gguf(
+        out_path, part["arch"], [version, *metadata], tensors, lambda i: _apply(specs[i], ckpt)
+    )
     _LOGGER.info("wrote %s (%d tensors, %d MB)", out_path, len(specs), total >> 20)
     return out_path
 
@@ -502,10 +447,11 @@ def convert(checkpoint_dir: Path, out_dir: Path, out_type: str = "f32") -> list[
         raise ConversionError(f"--type must be one of {', '.join(OUT_TYPES)}, got {out_type!r}")
     if not checkpoint_dir.is_dir():
         raise ConversionError(f"{checkpoint_dir} is not a directory")
-    talker_metadata(checkpoint_dir)  # an unsupported checkpoint fails before anything is written
+    for part in PARTS:  # an unsupported checkpoint fails before anything is written
+        part_metadata(part["name"], checkpoint_dir)
     written = [
-        convert_decoder(checkpoint_dir, out_dir / "decoder.gguf", out_type),
-        convert_talker(checkpoint_dir, out_dir / "talker.gguf", out_type),
+        convert_part(part["name"], checkpoint_dir, out_dir / part["file"], out_type)
+        for part in PARTS
     ]
     for name in TOKENIZER_FILES:
         if (checkpoint_dir / name).is_file():

@@ -28,30 +28,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import gguf
 import numpy as np
 import soundfile as sf
 
-from ._native import decoder_arch
-from ._tools import tool_path
-from .native import Generator, ModelError, SpeechDecoder, to_pcm16
+from .errors import EngineError, InputError, ModelNotFoundError
+from .native import Generator, SpeechDecoder, read_decoder_hparams, to_pcm16, tool_path
 from .settings import EngineSettings
 from .tokenizer import TextTokenizer
 
 _LOGGER = logging.getLogger(__name__)
 
-DECODER_ARCH = decoder_arch()["arch"]
-
-SAMPLE_RATE = 24000
-HOP = 1920  # samples per frame
 # Runaway guard: random weights and bad prompts never emit eos. Speech runs at ~3-6 text
 # tokens per second, i.e. 2-4 frames per token; this bound leaves room for slow speech.
 _FRAMES_PER_TOKEN = 12
 _MIN_FRAMES = 40
-
-
-class EngineError(RuntimeError):
-    """A synthesis failed (e.g. the decoder subprocess crashed); the engine stays usable."""
 
 
 @dataclass
@@ -109,7 +99,9 @@ class _Pipeline:
             self._chunks.put(_DONE)
             self._closed = True
             return
-        max_frames = settings.max_frames or _MIN_FRAMES + _FRAMES_PER_TOKEN * (len(ids) - 8)
+        max_frames = settings.max_frames or (
+            _MIN_FRAMES + _FRAMES_PER_TOKEN * engine.generator.text_tokens(np.asarray(ids))
+        )
         it = engine.generator.frames(
             np.asarray(ids),
             speaker,
@@ -215,7 +207,7 @@ class _Pipeline:
             if isinstance(item, EngineError | ValueError):
                 raise item
             raise EngineError(f"synthesis failed: {item}") from item
-        self.metrics.audio_s += len(item) / SAMPLE_RATE
+        self.metrics.audio_s += len(item) / self._engine.sample_rate
         return item
 
     def _finish(self) -> None:
@@ -258,19 +250,6 @@ class _Pipeline:
         self._finish()
 
 
-def check_decoder_file(path: Path) -> None:
-    """ModelError unless `path` is a complete decoder GGUF. Reads its header and tensor table
-    through a memory map: only those pages become resident, not the weights."""
-    try:
-        reader = gguf.GGUFReader(path)
-        field = reader.fields["general.architecture"]
-        arch = bytes(field.parts[field.data[0]]).decode()
-    except Exception as err:  # truncated, not GGUF, no architecture: all the same to the user
-        raise ModelError(f"{path}: not a readable decoder GGUF ({err})") from err
-    if arch != DECODER_ARCH:
-        raise ModelError(f"{path}: a {arch!r} GGUF, not a speech decoder ({DECODER_ARCH!r})")
-
-
 class Synthesis:
     """Iterator of int16 PCM chunks; `metrics` is complete once it is exhausted. Closing it, or
     dropping the last reference to it, stops the synthesis within one frame."""
@@ -310,7 +289,7 @@ class Engine:
         self.settings = settings or EngineSettings()
         for name in ("talker.gguf", "decoder.gguf"):
             if not (self.model_dir / name).is_file():
-                raise FileNotFoundError(
+                raise ModelNotFoundError(
                     f"{self.model_dir} has no {name}: convert a checkpoint with "
                     "`python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR`"
                 )
@@ -319,10 +298,13 @@ class Engine:
         self.generator = self._load_generator(self.settings.threads)
         # The in-process decoder (245-456 MB) is loaded only where it decodes: with the
         # subprocess placement the kazeia-decoder process holds the only copy.
+        # The decoder's facts come from its file, checked now (not per synthesis) also when the
+        # subprocess decodes: its header and tensor table through a memory map, no weights read.
+        decoder_hp = read_decoder_hparams(str(self.model_dir / "decoder.gguf"))
+        self.sample_rate: int = decoder_hp.sample_rate  # Hz of the PCM the engine yields
+        self.hop_length: int = decoder_hp.hop_length  # samples per frame
         self._decoder: SpeechDecoder | None = None
-        if self.settings.decoder_subprocess:
-            check_decoder_file(self.model_dir / "decoder.gguf")  # fail now, not per synthesis
-        else:
+        if not self.settings.decoder_subprocess:
             self._decoder = self._load_decoder(self.settings.decoder_threads)
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
         # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap).
@@ -353,6 +335,17 @@ class Engine:
         self.settings = settings
 
     @property
+    def generation_defaults(self) -> dict[str, Any]:
+        """The model's own sampling values (its generation_config.json), by setting name:
+        what an unset temperature, top_k, top_p or repetition_penalty means."""
+        prefix = "kazeia.gen."
+        return {
+            key[len(prefix) :]: value
+            for key, value in self.generator.hparams.items()
+            if key.startswith(prefix)
+        }
+
+    @property
     def speakers(self) -> list[str]:
         return self.generator.speakers
 
@@ -370,11 +363,11 @@ class Engine:
         # Validate now (unknown speaker/language raise here, not in a thread).
         lowered = language.lower()
         if speaker.lower() not in self.speakers:
-            raise ValueError(
+            raise InputError(
                 f"unknown speaker {speaker!r}; valid speakers: {', '.join(self.speakers)}"
             )
         if lowered != "auto" and lowered not in self.languages:
-            raise ValueError(
+            raise InputError(
                 f"unknown language {language!r}; valid languages: auto, {', '.join(self.languages)}"
             )
         ids = self.tokenizer.prompt_ids(text) if text.strip() else None
@@ -403,6 +396,6 @@ class Engine:
                 ]
                 raise EngineError(f"decoder subprocess failed: {reason[0]}")
             wav, rate = sf.read(wav_path, dtype="float32")
-            if rate != SAMPLE_RATE or len(wav) != len(codes) * HOP:
+            if rate != self.sample_rate or len(wav) != len(codes) * self.hop_length:
                 raise EngineError("decoder subprocess wrote an unexpected WAV")
             return np.asarray(wav, dtype=np.float32)

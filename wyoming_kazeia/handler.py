@@ -42,7 +42,7 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from .engine import SAMPLE_RATE, EngineError
+from .errors import EngineError, ProtocolError
 from .service import ServiceBusyError, TtsService
 from .voices import VoiceError
 
@@ -60,10 +60,6 @@ WIDTH, CHANNELS = 2, 1
 # (ASCII or CJK) before the limit: the model is trained on sentences, and its prompt and KV
 # cache stay small.
 MAX_SENTENCE_CHARS = 400
-
-
-class ProtocolError(ValueError):
-    """Malformed input: answered with an `error`, then the connection is closed."""
 
 
 async def read_event(reader: asyncio.StreamReader) -> Event | None:
@@ -250,7 +246,9 @@ class KazeiaEventHandler(AsyncEventHandler):
                 audio = self.service.synthesize(sentence, *_voice_parts(utterance.voice))
                 async with contextlib.aclosing(audio):
                     if i == 0:
-                        await self.write_event(AudioStart(SAMPLE_RATE, WIDTH, CHANNELS).event())
+                        await self.write_event(
+                            AudioStart(self.service.sample_rate, WIDTH, CHANNELS).event()
+                        )
                         started = True
                     async for pcm in audio:
                         pending += pcm
@@ -265,7 +263,10 @@ class KazeiaEventHandler(AsyncEventHandler):
         except (ConnectionError, asyncio.CancelledError):
             raise
         except Exception as err:  # noqa: BLE001 - one request failed; the connection goes on
-            code = {VoiceError: "voice-not-found", ServiceBusyError: "server-busy"}
+            code: dict[type[Exception], str] = {
+                VoiceError: "voice-not-found",
+                ServiceBusyError: "server-busy",
+            }
             if not isinstance(err, (VoiceError, ServiceBusyError, EngineError)):
                 _LOGGER.exception("synthesis failed")
             if started:  # audio already begun: close it so the client's WAV stays valid
@@ -273,7 +274,7 @@ class KazeiaEventHandler(AsyncEventHandler):
             await self._error(str(err), code.get(type(err), "synthesis-failed"))
 
     async def _audio_chunk(self, data: bytes) -> None:
-        await self.write_event(AudioChunk(SAMPLE_RATE, WIDTH, CHANNELS, data).event())
+        await self.write_event(AudioChunk(self.service.sample_rate, WIDTH, CHANNELS, data).event())
 
     async def _error(self, text: str, code: str) -> None:
         with contextlib.suppress(ConnectionError):

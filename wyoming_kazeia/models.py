@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from .convert import convert
+from .errors import ConversionError, ModelNotFoundError
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -24,10 +25,6 @@ DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # The files a conversion reads (the speech tokenizer lives in a subfolder).
 _DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "speech_tokenizer/*"]
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The model cannot be found or fetched; the message says what to do."""
 
 
 def is_converted(path: Path) -> bool:
@@ -43,12 +40,15 @@ def is_checkpoint(path: Path) -> bool:
 
 def converted_model(checkpoint: Path, quant: str, cache_dir: Path) -> Path:
     """The conversion of `checkpoint` at `quant` in cache_dir, made on first use."""
-    stat = (checkpoint / "config.json").stat()
-    key = hashlib.sha256(f"{checkpoint.resolve()}:{stat.st_mtime_ns}:{quant}".encode())
-    out = cache_dir / f"{checkpoint.resolve().name}-{quant}-{key.hexdigest()[:12]}"
-    if not is_converted(out):
-        _LOGGER.info("converting %s into %s (%s, once)", checkpoint, out, quant)
-        convert(checkpoint, out, quant)
+    try:
+        stat = (checkpoint / "config.json").stat()
+        key = hashlib.sha256(f"{checkpoint.resolve()}:{stat.st_mtime_ns}:{quant}".encode())
+        out = cache_dir / f"{checkpoint.resolve().name}-{quant}-{key.hexdigest()[:12]}"
+        if not is_converted(out):
+            _LOGGER.info("converting %s into %s (%s, once)", checkpoint, out, quant)
+            convert(checkpoint, out, quant)
+    except OSError as err:  # an unreadable checkpoint, an unwritable data dir, a full disk
+        raise ConversionError(f"cannot convert {checkpoint} into {cache_dir}: {err}") from err
     return out
 
 

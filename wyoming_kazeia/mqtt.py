@@ -44,13 +44,9 @@ import aiomqtt
 
 from . import __version__
 from .service import TtsService
-from .settings import SettingsError, add_env_argument
+from .settings import EngineSettings, SettingsError, add_env_argument
 
 _LOGGER = logging.getLogger(__name__)
-
-# The temperature Home Assistant may set (the engine itself accepts any value > 0).
-TEMPERATURE_MIN, TEMPERATURE_MAX, TEMPERATURE_STEP = 0.05, 2.0, 0.05
-STREAM_CHUNK_MAX = 64  # EngineSettings' bound
 
 _NODE_ID = re.compile(r"^[A-Za-z0-9_-]+$")  # what a discovery topic level allows
 
@@ -189,12 +185,14 @@ class MqttBridge:
         self._slug = re.sub(r"[^a-z0-9_]", "_", config.node_id.lower())
         self._tls = ssl.create_default_context(cafile=config.ca_file) if config.tls else None
         # Unset temperature means the model's own; Home Assistant is shown that value.
-        self._model_temperature = float(service.engine.generator.hparams["kazeia.gen.temperature"])
+        self._model_temperature = float(service.model_default("temperature"))
         # A thread count beyond the cores only slows the engine down; the current one is
         # always an option so that Home Assistant can show it.
-        max_threads = min(64, os.cpu_count() or 8)
+        threads = EngineSettings.bounds("threads")
+        low, high = int(threads.low or 1), int(threads.high or 1)
+        max_threads = min(high, os.cpu_count() or 8)
         self._thread_options = [
-            str(n) for n in sorted(set(range(1, max_threads + 1)) | {service.settings.threads})
+            str(n) for n in sorted(set(range(low, max_threads + 1)) | {service.settings.threads})
         ]
         self.entities = {e.key: e for e in self._entities()}
         self._by_command_topic = {
@@ -209,6 +207,8 @@ class MqttBridge:
 
     def _entities(self) -> list[_Entity]:
         service = self.service
+        chunk_min, chunk_max, chunk_step = EngineSettings.bounds("stream_chunk").entity_range()
+        temp_min, temp_max, temp_step = EngineSettings.bounds("temperature").entity_range()
 
         def last(fmt: str, attr: str) -> Callable[[], str]:
             # "None" is Home Assistant's "unknown": nothing synthesized yet.
@@ -245,9 +245,9 @@ class MqttBridge:
                 lambda: str(service.settings.stream_chunk),
                 lambda text: self._set(stream_chunk=_integer(text)),
                 {
-                    "min": 0,
-                    "max": STREAM_CHUNK_MAX,
-                    "step": 1,
+                    "min": int(chunk_min),
+                    "max": int(chunk_max),
+                    "step": int(chunk_step),
                     "mode": "box",
                     "unit_of_measurement": "frames",
                     "entity_category": "config",
@@ -261,9 +261,9 @@ class MqttBridge:
                 self._temperature_state,
                 self._set_temperature,
                 {
-                    "min": TEMPERATURE_MIN,
-                    "max": TEMPERATURE_MAX,
-                    "step": TEMPERATURE_STEP,
+                    "min": temp_min,
+                    "max": temp_max,
+                    "step": temp_step,
                     "mode": "box",
                     "entity_category": "config",
                     "icon": "mdi:thermometer",
@@ -348,9 +348,11 @@ class MqttBridge:
         return format(round(self._model_temperature if value is None else value, 3), "g")
 
     def _set_temperature(self, text: str) -> None:
+        # Home Assistant's range, narrower than what the engine accepts (> 0).
+        low, high, _ = EngineSettings.bounds("temperature").entity_range()
         value = float(text)
-        if not TEMPERATURE_MIN <= value <= TEMPERATURE_MAX:  # also rejects nan
-            raise ValueError(f"temperature must be in {TEMPERATURE_MIN}..{TEMPERATURE_MAX}")
+        if not low <= value <= high:  # also rejects nan
+            raise ValueError(f"temperature must be in {low}..{high}")
         self.service.update_settings(temperature=value)
 
     # -- topics and payloads ---------------------------------------------------------------

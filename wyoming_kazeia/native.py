@@ -19,26 +19,60 @@ input_ids is the tokenized assistant prompt
 '<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n'. Unset sampling values
 come from the model's generation_config.json; `greedy=True` takes the argmax (tests).
 
-Bad input raises ValueError (shape, dtype, code range) or ModelError (a missing, corrupt,
-truncated or wrong-kind GGUF file); the engine computes with the GIL released.
+Bad input raises InputError, a ValueError (shape, dtype, code range), or ModelError (a missing,
+corrupt, truncated or wrong-kind GGUF file), both of the package's error family
+(wyoming_kazeia.errors); the engine computes with the GIL released.
+
+This is the one module through which the product reaches the native extension: the engine
+classes, the decoder's facts read from its file, the format tables the converter writes from
+(`formats`), and the path of the bundled tools. Test hooks live in `_native.testing` and are
+not part of it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from ._native import DecoderStream, FrameIterator, Generator, ModelError, SpeechDecoder
+from . import _native
+from ._native import (
+    DECODER_MAX_CHUNK_FRAMES,
+    PROMPT_ROLE_TOKENS,
+    PROMPT_TRAILER_TOKENS,
+    DecoderHParams,
+    DecoderStream,
+    FrameIterator,
+    Generator,
+    SpeechDecoder,
+    formats,
+    read_decoder_hparams,
+)
+from .errors import InputError, ModelError
 
 __all__ = [
+    "DECODER_MAX_CHUNK_FRAMES",
+    "PROMPT_ROLE_TOKENS",
+    "PROMPT_TRAILER_TOKENS",
+    "DecoderHParams",
     "DecoderStream",
     "FrameIterator",
     "Generator",
+    "InputError",
     "ModelError",
     "SpeechDecoder",
+    "formats",
+    "read_decoder_hparams",
     "to_pcm16",
+    "tool_path",
 ]
 
 
 def to_pcm16(wav: np.ndarray) -> np.ndarray:
     """float waveform in [-1, 1] -> int16 PCM (the conversion kazeia-decoder uses too)."""
     return np.rint(np.clip(wav, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def tool_path(name: str) -> Path:
+    """Path of a native tool (kazeia-decoder) installed beside the extension module."""
+    return Path(_native.__file__).resolve().parent / "bin" / name

@@ -28,14 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .engine import Engine, Synthesis, SynthesisMetrics
+from .errors import ServiceBusyError
 from .settings import EngineSettings
 from .voices import VoiceCatalog
 
 _LOGGER = logging.getLogger(__name__)
-
-
-class ServiceBusyError(RuntimeError):
-    """The queue in front of the engine is full."""
 
 
 @dataclass
@@ -115,6 +112,17 @@ class TtsService:
         self._running = 0  # 0 or 1
         self._listeners: list[Callable[[], None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kazeia-engine")
+
+    # -- model facts -----------------------------------------------------------------------
+
+    @property
+    def sample_rate(self) -> int:
+        """Hz of the 16-bit mono PCM the service yields (the model's decoder says)."""
+        return self.engine.sample_rate
+
+    def model_default(self, setting: str) -> Any:
+        """The model's own value of a sampling setting (what an unset one means)."""
+        return self.engine.generation_defaults[setting]
 
     # -- settings --------------------------------------------------------------------------
 

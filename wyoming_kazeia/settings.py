@@ -1,7 +1,8 @@
 """Engine settings: one validated object, settable from code and from KZTTS_* variables.
 
 Every option of the engine lives here with its default, its environment variable and its
-allowed values, so the CLI, the Wyoming server and the MQTT bridge all validate the same way.
+bounds (`Bounds`), declared once: the check, the help texts and the MQTT entities derive from
+them, so the CLI, the Wyoming server and the MQTT bridge all validate the same way.
 """
 
 from __future__ import annotations
@@ -13,104 +14,155 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .errors import SettingsError
+
 QUANT_TYPES = ("f32", "f16", "q8_0", "q4_k")
 BACKENDS = ("cpu",)
 
 
-class SettingsError(ValueError):
-    """An invalid setting; the message names it and its allowed values."""
+@dataclass(frozen=True)
+class Bounds:
+    """The values a setting allows, declared once: the check, the help text (`text()`) and
+    the Home Assistant entity (`entity`) all derive from it."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself is excluded ("> 0")
+    choices: tuple[str, ...] = ()
+    optional: bool = False  # may be unset (None: the model's value, or random)
+    # The range Home Assistant's number entity offers: (min, max, step); defaults to (low,
+    # high, 1) for a bounded integer.
+    entity: tuple[float, float, float] | None = None
+
+    def allows(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if self.choices:
+            return value in self.choices
+        if isinstance(value, bool):
+            return True
+        if self.low is not None and not (value > self.low if self.low_open else value >= self.low):
+            return False  # also rejects nan
+        return self.high is None or value <= self.high
+
+    def text(self, kind: type) -> str:
+        """The allowed values in words: "1..64", "(0, 1] or empty", "f32|f16|q8_0|q4_k"."""
+        if self.choices:
+            shown = "|".join(self.choices)
+        elif kind is bool:
+            shown = "true|false"
+        elif self.low is not None and self.high is not None:
+            shown = (
+                f"({_num(self.low)}, {_num(self.high)}]"
+                if self.low_open
+                else (f"{_num(self.low)}..{_num(self.high)}")
+            )
+        elif self.low is not None:
+            op = ">" if self.low_open else ">="
+            shown = f"{'integer ' if kind is int else ''}{op} {_num(self.low)}"
+        else:
+            shown = "any"
+        return f"{shown} or empty" if self.optional else shown
+
+    def entity_range(self) -> tuple[float, float, float]:
+        if self.entity is not None:
+            return self.entity
+        if self.low is None or self.high is None:
+            raise SettingsError("this setting has no bounded range to offer")
+        return (self.low, self.high, 1)
 
 
-def _opt(env: str, doc: str, allowed: str, **kw: Any) -> Any:
-    return field(metadata={"env": env, "doc": doc, "allowed": allowed}, **kw)
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _opt(env: str, doc: str, bounds: Bounds, **kw: Any) -> Any:
+    return field(metadata={"env": env, "doc": doc, "bounds": bounds}, **kw)
 
 
 @dataclass(frozen=True)
 class EngineSettings:
     threads: int = _opt(
-        "KZTTS_THREADS", "generator (talker + code predictor) threads", "1..64", default=2
+        "KZTTS_THREADS",
+        "generator (talker + code predictor) threads",
+        Bounds(1, 64),
+        default=2,
     )
     decoder_threads: int = _opt(
-        "KZTTS_DECODER_THREADS", "speech decoder threads", "1..64", default=2
+        "KZTTS_DECODER_THREADS", "speech decoder threads", Bounds(1, 64), default=2
     )
     quant: str = _opt(
         "KZTTS_QUANT",
         "weight type when a checkpoint is converted",
-        "|".join(QUANT_TYPES),
+        Bounds(choices=QUANT_TYPES),
         default="q8_0",
     )
     stream_chunk: int = _opt(
         "KZTTS_STREAM_CHUNK",
         "frames (80 ms each) per decoded audio chunk; 0 decodes once at the end",
-        "0..64",
+        Bounds(0, 64),
         default=4,
     )
     decoder_subprocess: bool = _opt(
         "KZTTS_DECODER_SUBPROC",
         "decode in a kazeia-decoder subprocess (one pass at the end)",
-        "true|false",
+        Bounds(),
         default=False,
     )
     seed: int | None = _opt(
         "KZTTS_SEED",
         "sampling seed (unset: random per synthesis)",
-        "integer >= 0 or empty",
+        Bounds(0, optional=True),
         default=None,
     )
     temperature: float | None = _opt(
-        "KZTTS_TEMPERATURE", "sampling temperature (unset: model)", "> 0 or empty", default=None
+        "KZTTS_TEMPERATURE",
+        "sampling temperature (unset: model)",
+        # Home Assistant offers the useful range; the engine accepts any value > 0.
+        Bounds(0, low_open=True, optional=True, entity=(0.05, 2.0, 0.05)),
+        default=None,
     )
     top_k: int | None = _opt(
-        "KZTTS_TOP_K", "top-k (unset: model; 0 disables)", "integer >= 0 or empty", default=None
+        "KZTTS_TOP_K",
+        "top-k (unset: model; 0 disables)",
+        Bounds(0, optional=True),
+        default=None,
     )
     top_p: float | None = _opt(
-        "KZTTS_TOP_P", "top-p (unset: model)", "(0, 1] or empty", default=None
+        "KZTTS_TOP_P",
+        "top-p (unset: model)",
+        Bounds(0, 1, low_open=True, optional=True),
+        default=None,
     )
     repetition_penalty: float | None = _opt(
         "KZTTS_REPETITION_PENALTY",
         "repetition penalty on code 0 (unset: model)",
-        "> 0 or empty",
+        Bounds(0, low_open=True, optional=True),
         default=None,
     )
     max_frames: int = _opt(
         "KZTTS_MAX_FRAMES",
         "frame cap per synthesis; 0: bound by text length",
-        "integer >= 0",
+        Bounds(0),
         default=0,
     )
     # ggml from PyPI (libggml-python) ships only its CPU backend, and the decoder's own kernels
     # are CPU code: cpu is the one backend there is to offer.
-    backend: str = _opt("KZTTS_BACKEND", "compute backend", "|".join(BACKENDS), default="cpu")
+    backend: str = _opt("KZTTS_BACKEND", "compute backend", Bounds(choices=BACKENDS), default="cpu")
 
     def __post_init__(self) -> None:
-        def bad(name: str) -> SettingsError:
-            f = next(f for f in fields(self) if f.name == name)
-            return SettingsError(
-                f"invalid {name} ({f.metadata['env']}) = {getattr(self, name)!r}; "
-                f"allowed: {f.metadata['allowed']}"
-            )
+        for f in fields(self):
+            if not f.metadata["bounds"].allows(getattr(self, f.name)):
+                raise SettingsError(
+                    f"invalid {f.name} ({f.metadata['env']}) = {getattr(self, f.name)!r}; "
+                    f"allowed: {_allowed(f)}"
+                )
 
-        for name in ("threads", "decoder_threads"):
-            if not 1 <= getattr(self, name) <= 64:
-                raise bad(name)
-        if self.quant not in QUANT_TYPES:
-            raise bad("quant")
-        if not 0 <= self.stream_chunk <= 64:
-            raise bad("stream_chunk")
-        if self.seed is not None and self.seed < 0:
-            raise bad("seed")
-        if self.temperature is not None and not self.temperature > 0:
-            raise bad("temperature")
-        if self.top_k is not None and self.top_k < 0:
-            raise bad("top_k")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise bad("top_p")
-        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
-            raise bad("repetition_penalty")
-        if self.max_frames < 0:
-            raise bad("max_frames")
-        if self.backend not in BACKENDS:
-            raise bad("backend")
+    @staticmethod
+    def bounds(name: str) -> Bounds:
+        """The declared bounds of setting `name`."""
+        bounds: Bounds = _field(name).metadata["bounds"]
+        return bounds
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> EngineSettings:
@@ -134,10 +186,7 @@ class EngineSettings:
     @classmethod
     def describe(cls) -> list[tuple[str, str, str, str]]:
         """(name, environment variable, allowed values, description) of every setting."""
-        return [
-            (f.name, f.metadata["env"], f.metadata["allowed"], f.metadata["doc"])
-            for f in fields(cls)
-        ]
+        return [(f.name, f.metadata["env"], _allowed(f), f.metadata["doc"]) for f in fields(cls)]
 
 
 def add_env_argument(
@@ -160,31 +209,46 @@ def add_env_argument(
 def parse_setting(name: str, raw: str) -> Any:
     """The value of setting `name` written as text (a flag or a command), validated for type
     (range checks happen when the settings object is built)."""
-    matches = [f for f in fields(EngineSettings) if f.name == name]
-    if not matches:
-        raise SettingsError(f"unknown setting {name!r}")
-    return _parse(matches[0], raw)
+    return _parse(_field(name), raw)
+
+
+def _field(name: str) -> dataclasses.Field[Any]:
+    for f in fields(EngineSettings):
+        if f.name == name:
+            return f
+    raise SettingsError(f"unknown setting {name!r}")
+
+
+def _kind(f: dataclasses.Field[Any]) -> type:
+    """The value type of a setting (its annotation without "| None")."""
+    text = str(f.type)
+    return next((k for k in (bool, int, float) if text.startswith(k.__name__)), str)
+
+
+def _allowed(f: dataclasses.Field[Any]) -> str:
+    text: str = f.metadata["bounds"].text(_kind(f))
+    return text
 
 
 def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
     text = raw.strip()
-    kind = str(f.type)
+    kind = _kind(f)
     try:
-        if "None" in kind and text == "":
+        if f.metadata["bounds"].optional and text == "":
             return None
-        if kind.startswith("bool"):
+        if kind is bool:
             lowered = text.lower()
             if lowered in ("1", "true", "yes", "on"):
                 return True
             if lowered in ("0", "false", "no", "off", ""):
                 return False
             raise ValueError(text)
-        if kind.startswith("int"):
+        if kind is int:
             return int(text)
-        if kind.startswith("float"):
+        if kind is float:
             return float(text)
         return text
     except ValueError:
         raise SettingsError(
-            f"invalid {f.metadata['env']}={raw!r} for {f.name}; allowed: {f.metadata['allowed']}"
+            f"invalid {f.metadata['env']}={raw!r} for {f.name}; allowed: {_allowed(f)}"
         ) from None

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from .convert import ConversionError
-from .engine import SAMPLE_RATE, Engine, EngineError
+from .engine import Engine
+from .errors import KazeiaError
 from .models import resolve_model
-from .settings import EngineSettings, SettingsError
+from .settings import EngineSettings
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -70,19 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine = Engine(resolve_model(args.model, settings.quant, args.cache_dir), settings)
         synthesis = engine.synthesize(args.text, speaker=args.speaker, language=args.language)
         chunks = list(synthesis)
-    except (
-        SettingsError,
-        ConversionError,
-        EngineError,
-        FileNotFoundError,
-        ValueError,
-        RuntimeError,
-    ) as err:
+    except KazeiaError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     pcm = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
     tmp = args.out.with_name(args.out.name + ".tmp")
-    sf.write(tmp, pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+    sf.write(tmp, pcm, engine.sample_rate, subtype="PCM_16", format="WAV")
     tmp.replace(args.out)
     metrics = synthesis.metrics.as_dict()
     if args.json_metrics:

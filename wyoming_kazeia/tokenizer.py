@@ -53,6 +53,8 @@ from packaging.version import InvalidVersion, Version
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
+from .errors import TokenizerError
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -111,10 +113,6 @@ _SPECIAL_TOKEN_KEYS = (
     "mask_token",
 )
 _ADDED_TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
-
-
-class TokenizerError(ValueError):
-    """A tokenizer file is missing, unreadable or inconsistent (the message names the file)."""
 
 
 def _read_json(path: Path) -> Any:

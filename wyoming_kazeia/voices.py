@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import VoiceError
+
 # The model's language names -> the codes Home Assistant uses for pipeline languages.
 LANGUAGE_CODES = {
     "chinese": "zh",
@@ -30,10 +32,6 @@ LANGUAGE_CODES = {
     "french": "fr",
     "russian": "ru",
 }
-
-
-class VoiceError(ValueError):
-    """An unknown voice, speaker or language; the message lists the valid ones."""
 
 
 @dataclass(frozen=True)

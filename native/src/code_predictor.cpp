@@ -4,7 +4,7 @@
 
 namespace kazeia {
 
-CodePredictor::CodePredictor(const Generator::Model &model, ggml_backend_t backend,
+CodePredictor::CodePredictor(const TalkerModel &model, ggml_backend_t backend,
                              WorkerPool *pool)
     : m_(model),
       cache_(model.hp.predictor, model.hp.num_code_groups, backend),

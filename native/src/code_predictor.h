@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "kazeia/generator.h"
 #include "sampler.h"
 #include "talker_model.h"
 
@@ -12,7 +13,7 @@ class CodePredictor {
   public:
     // Builds and allocates its two graphs once: the 2-token prefill and the 1-token step that
     // serves all 14 later sub-steps (position, cache slot, mask and head are inputs).
-    CodePredictor(const Generator::Model &model, ggml_backend_t backend, WorkerPool *pool);
+    CodePredictor(const TalkerModel &model, ggml_backend_t backend, WorkerPool *pool);
 
     // Fills frame[1..15]; frame[0] holds code 0. `trace`, when set, receives the raw logits of
     // the 15 heads [15, vocab].
@@ -20,7 +21,7 @@ class CodePredictor {
                  std::vector<float> *trace);
 
   private:
-    const Generator::Model &m_;
+    const TalkerModel &m_;
     KvCache cache_;
     LmGraph prefill_, step_;
     std::vector<float> embeds_, scratch_;

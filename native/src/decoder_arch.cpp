@@ -4,51 +4,57 @@ namespace kazeia {
 
 namespace {
 using H = DecoderHParams;
+using K = MetaKey<H>;
+const std::string CONFIG = "speech_tokenizer/config.json:";
+const std::string DEC = CONFIG + "decoder_config.";
 
-MetaKey u32(const char *key, const char *path, uint32_t H::*member) {
-    return MetaKey{key, MetaType::U32, path, 0.0, member, nullptr, nullptr};
+K u32(const char *key, const std::string &source, uint32_t H::*m) { return meta_u32<H>(key, source, field(m)); }
+K f32(const char *key, const std::string &source, float H::*m) { return meta_f32<H>(key, source, field(m)); }
+K u32_array(const char *key, const std::string &source, std::vector<uint32_t> H::*m) {
+    K k{key, MetaType::U32_ARRAY, source};
+    k.u32_array = field(m);
+    return k;
 }
-MetaKey u32_const(const char *key, double value, uint32_t H::*member) {
-    return MetaKey{key, MetaType::U32, nullptr, value, member, nullptr, nullptr};
-}
-MetaKey f32(const char *key, const char *path, float H::*member) {
-    return MetaKey{key, MetaType::F32, path, 0.0, nullptr, member, nullptr};
-}
-MetaKey f32_const(const char *key, double value, float H::*member) {
-    return MetaKey{key, MetaType::F32, nullptr, value, nullptr, member, nullptr};
-}
-MetaKey u32_array(const char *key, const char *path, std::vector<uint32_t> H::*member) {
-    return MetaKey{key, MetaType::U32_ARRAY, path, 0.0, nullptr, nullptr, member};
+K constant(K k, double value) {
+    k.constant = value;
+    return k;
 }
 }  // namespace
 
-const std::vector<MetaKey> &decoder_meta_keys() {
-    static const std::vector<MetaKey> keys = {
-        u32("kazeia.decoder.codebook_size", "decoder_config.codebook_size", &H::codebook_size),
-        u32("kazeia.decoder.codebook_dim", "decoder_config.codebook_dim", &H::codebook_dim),
-        u32("kazeia.decoder.num_quantizers", "decoder_config.num_quantizers", &H::num_quantizers),
+const PartInfo &decoder_part() {
+    static const PartInfo part{
+        "decoder", "decoder.gguf", "kazeia-decoder", "kazeia.decoder.format_version", 1,
+        "speech_tokenizer",
+        // Encoding (audio -> codes) only: text-to-speech never runs these.
+        {"encoder.", "decoder.quantizer.rvq_first.input_proj.weight",
+         "decoder.quantizer.rvq_rest.input_proj.weight"}};
+    return part;
+}
+
+const std::vector<MetaKey<DecoderHParams>> &decoder_meta_keys() {
+    static const std::vector<K> keys = {
+        u32("kazeia.decoder.codebook_size", DEC + "codebook_size", &H::codebook_size),
+        u32("kazeia.decoder.codebook_dim", DEC + "codebook_dim", &H::codebook_dim),
+        u32("kazeia.decoder.num_quantizers", DEC + "num_quantizers", &H::num_quantizers),
         // The official decoder builds its split RVQ with n_q_semantic=1 whatever the config says.
-        u32_const("kazeia.decoder.num_semantic_quantizers", 1, &H::num_semantic_quantizers),
-        u32("kazeia.decoder.latent_dim", "decoder_config.latent_dim", &H::latent_dim),
-        u32("kazeia.decoder.hidden_size", "decoder_config.hidden_size", &H::hidden_size),
-        u32("kazeia.decoder.num_layers", "decoder_config.num_hidden_layers", &H::num_layers),
-        u32("kazeia.decoder.num_heads", "decoder_config.num_attention_heads", &H::num_heads),
-        u32("kazeia.decoder.num_kv_heads", "decoder_config.num_key_value_heads", &H::num_kv_heads),
-        u32("kazeia.decoder.head_dim", "decoder_config.head_dim", &H::head_dim),
-        u32("kazeia.decoder.intermediate_size", "decoder_config.intermediate_size",
-            &H::intermediate_size),
-        u32("kazeia.decoder.sliding_window", "decoder_config.sliding_window", &H::sliding_window),
-        u32("kazeia.decoder.decoder_dim", "decoder_config.decoder_dim", &H::decoder_dim),
-        u32("kazeia.decoder.sample_rate", "output_sample_rate", &H::sample_rate),
-        u32("kazeia.decoder.hop_length", "decode_upsample_rate", &H::hop_length),
-        f32("kazeia.decoder.rope_theta", "decoder_config.rope_theta", &H::rope_theta),
-        f32("kazeia.decoder.rms_norm_eps", "decoder_config.rms_norm_eps", &H::rms_norm_eps),
+        constant(u32("kazeia.decoder.num_semantic_quantizers", "", &H::num_semantic_quantizers), 1),
+        u32("kazeia.decoder.latent_dim", DEC + "latent_dim", &H::latent_dim),
+        u32("kazeia.decoder.hidden_size", DEC + "hidden_size", &H::hidden_size),
+        u32("kazeia.decoder.num_layers", DEC + "num_hidden_layers", &H::num_layers),
+        u32("kazeia.decoder.num_heads", DEC + "num_attention_heads", &H::num_heads),
+        u32("kazeia.decoder.num_kv_heads", DEC + "num_key_value_heads", &H::num_kv_heads),
+        u32("kazeia.decoder.head_dim", DEC + "head_dim", &H::head_dim),
+        u32("kazeia.decoder.intermediate_size", DEC + "intermediate_size", &H::intermediate_size),
+        u32("kazeia.decoder.sliding_window", DEC + "sliding_window", &H::sliding_window),
+        u32("kazeia.decoder.decoder_dim", DEC + "decoder_dim", &H::decoder_dim),
+        u32("kazeia.decoder.sample_rate", CONFIG + "output_sample_rate", &H::sample_rate),
+        u32("kazeia.decoder.hop_length", CONFIG + "decode_upsample_rate", &H::hop_length),
+        f32("kazeia.decoder.rope_theta", DEC + "rope_theta", &H::rope_theta),
+        f32("kazeia.decoder.rms_norm_eps", DEC + "rms_norm_eps", &H::rms_norm_eps),
         // nn.LayerNorm(dim, eps=1e-6) in the official ConvNeXt block: not in the config.
-        f32_const("kazeia.decoder.layer_norm_eps", 1e-6, &H::layer_norm_eps),
-        u32_array("kazeia.decoder.upsample_rates", "decoder_config.upsample_rates",
-                  &H::upsample_rates),
-        u32_array("kazeia.decoder.upsampling_ratios", "decoder_config.upsampling_ratios",
-                  &H::upsampling_ratios),
+        constant(f32("kazeia.decoder.layer_norm_eps", "", &H::layer_norm_eps), 1e-6),
+        u32_array("kazeia.decoder.upsample_rates", DEC + "upsample_rates", &H::upsample_rates),
+        u32_array("kazeia.decoder.upsampling_ratios", DEC + "upsampling_ratios", &H::upsampling_ratios),
     };
     return keys;
 }
@@ -70,7 +76,13 @@ std::vector<TensorSpec> decoder_tensor_specs(const DecoderHParams &hp) {
     auto add = [&](std::string name, std::vector<int64_t> ne, std::vector<std::string> sources,
                    Transform tr, int stride = 0) {
         for (auto &s : sources) s = src + s;
-        t.push_back(TensorSpec{std::move(name), std::move(ne), std::move(sources), tr, stride});
+        // Matrices that run in the decoder's own GEMM (whole panels of output rows) are f16
+        // when the model is quantized; everything else stays f32.
+        const bool gemm = (tr == Transform::COPY || tr == Transform::CONV ||
+                           tr == Transform::TRANS_CONV) &&
+                          ne.size() == 2 && ne[1] % DECODER_CONV_PANEL == 0;
+        t.push_back(TensorSpec{std::move(name), std::move(ne), std::move(sources), tr,
+                               gemm ? Storage::F16_WHEN_QUANTIZED : Storage::F32, stride});
     };
     // A conv (or linear) with its bias: weight [k*in, out], bias [out].
     auto conv = [&](const std::string &name, const std::string &source, int64_t k, int64_t in,
@@ -80,7 +92,7 @@ std::vector<TensorSpec> decoder_tensor_specs(const DecoderHParams &hp) {
     };
     auto linear = [&](const std::string &name, const std::string &source, int64_t in, int64_t out,
                       bool bias) {
-        add(name + ".weight", {in, out}, {source + ".weight"}, Transform::LINEAR);
+        add(name + ".weight", {in, out}, {source + ".weight"}, Transform::COPY);  // torch Linear
         if (bias) add(name + ".bias", {out}, {source + ".bias"}, Transform::COPY);
     };
     auto vec = [&](const std::string &name, const std::string &source, int64_t n) {

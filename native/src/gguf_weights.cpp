@@ -28,7 +28,7 @@ std::string shape_str(const int64_t *ne, int n) {
 }
 }  // namespace
 
-size_t GgufWeights::open_checked(const char *expected_arch) {
+size_t GgufWeights::open_checked(const PartInfo &part) {
     const std::string &path = path_;
     FilePtr file(std::fopen(path.c_str(), "rb"));
     if (!file) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
@@ -45,8 +45,13 @@ size_t GgufWeights::open_checked(const char *expected_arch) {
     ctx_.reset(ctx);
 
     const std::string arch = get_str("general.architecture");
-    if (arch != expected_arch)
-        throw ModelError(path + " is a '" + arch + "' GGUF, expected '" + expected_arch + "'");
+    if (arch != part.arch)
+        throw ModelError(path + " is a '" + arch + "' GGUF, expected '" + part.arch + "'");
+    const uint32_t version = get_u32(part.format_version_key);
+    if (version != part.format_version)
+        throw ModelError(path + " has format version " + std::to_string(version) +
+                         ", this build reads version " + std::to_string(part.format_version) +
+                         ": re-run the converter");
 
     // Every tensor's bytes must lie inside the file before anything is read.
     const size_t data_offset = gguf_get_data_offset(gguf_.get());
@@ -61,8 +66,8 @@ size_t GgufWeights::open_checked(const char *expected_arch) {
     return (size_t)file_size;
 }
 
-GgufWeights::GgufWeights(const std::string &path, const char *expected_arch, Mapped) : path_(path) {
-    map_size_ = open_checked(expected_arch);
+GgufWeights::GgufWeights(const std::string &path, const PartInfo &part, Mapped) : path_(path) {
+    map_size_ = open_checked(part);
     const int fd = ::open(path.c_str(), O_RDONLY);
     if (fd < 0) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
     void *map = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -85,10 +90,10 @@ GgufWeights::~GgufWeights() {
     if (map_) ::munmap(map_, map_size_);
 }
 
-GgufWeights::GgufWeights(const std::string &path, const char *expected_arch,
+GgufWeights::GgufWeights(const std::string &path, const PartInfo &part,
                          ggml_backend_buffer_type_t buft)
     : path_(path) {
-    open_checked(expected_arch);
+    open_checked(part);
     FilePtr file(std::fopen(path.c_str(), "rb"));
     if (!file) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
     const size_t data_offset = gguf_get_data_offset(gguf_.get());
@@ -134,22 +139,13 @@ void GgufWeights::check_shape(const std::string &name, const std::vector<int64_t
                          shape_str(ne.data(), (int)ne.size()));
 }
 
-void GgufWeights::expect_tensors(
-    const std::vector<std::pair<std::string, std::vector<int64_t>>> &table) const {
-    for (const auto &[name, ne] : table) check_shape(name, ne);
+void GgufWeights::expect_tensors(const std::vector<TensorSpec> &table) const {
+    for (const TensorSpec &spec : table) check_shape(spec.name, spec.ne);
     for (int64_t i = 0; i < n_tensors(); ++i) {
         const std::string name = tensor_name(i);
-        if (std::none_of(table.begin(), table.end(), [&](const auto &e) { return e.first == name; }))
+        if (std::none_of(table.begin(), table.end(), [&](const TensorSpec &s) { return s.name == name; }))
             throw ModelError(path_ + " has an unexpected tensor '" + name + "'");
     }
-}
-
-void GgufWeights::expect_version(const char *key, uint32_t version) const {
-    const uint32_t found = get_u32(key);
-    if (found != version)
-        throw ModelError(path_ + " has format version " + std::to_string(found) +
-                         ", this build reads version " + std::to_string(version) +
-                         ": re-run the converter");
 }
 
 int64_t GgufWeights::n_tensors() const { return gguf_get_n_tensors(gguf_.get()); }

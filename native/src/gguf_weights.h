@@ -6,20 +6,21 @@
 #include <vector>
 
 #include "ggml_raii.h"
+#include "kazeia/arch.h"
+#include "kazeia/error.h"
 
 namespace kazeia {
 
 class GgufWeights {
   public:
-    // Opens `path`, checks that `general.architecture` is `expected_arch`, and reads every
-    // tensor into one buffer of `buft`. Throws ModelError with a message naming the file.
-    GgufWeights(const std::string &path, const char *expected_arch,
-                ggml_backend_buffer_type_t buft);
+    // Opens `path`, checks that it is a file of `part` (architecture and format version), and
+    // reads every tensor into one buffer of `buft`. Throws ModelError naming the file.
+    GgufWeights(const std::string &path, const PartInfo &part, ggml_backend_buffer_type_t buft);
     // Same checks, but the tensors stay in a read-only memory map of the file (CPU only):
     // pages are read on first use, so a huge table of which few rows are used (the talker's
     // text embedding) costs only those rows of resident memory.
     struct Mapped {};
-    GgufWeights(const std::string &path, const char *expected_arch, Mapped);
+    GgufWeights(const std::string &path, const PartInfo &part, Mapped);
     ~GgufWeights();
     GgufWeights(const GgufWeights &) = delete;
     GgufWeights &operator=(const GgufWeights &) = delete;
@@ -35,9 +36,10 @@ class GgufWeights {
     std::string tensor_name(int64_t i) const;
     // The file must hold exactly these tensors with these shapes (a model part's table):
     // throws ModelError naming the first missing, mis-shaped or unexpected one.
-    void expect_tensors(const std::vector<std::pair<std::string, std::vector<int64_t>>> &table) const;
-    // `key` must equal `version` (a format written by this build's converter).
-    void expect_version(const char *key, uint32_t version) const;
+    void expect_tensors(const std::vector<TensorSpec> &table) const;
+
+    // Every key of a part's table into its hyper-parameters.
+    template <class H> void read_meta(const std::vector<MetaKey<H>> &keys, H &hp) const;
 
     uint32_t get_u32(const char *key) const;
     float get_f32(const char *key) const;
@@ -49,7 +51,7 @@ class GgufWeights {
   private:
     int64_t find_key(const char *key, gguf_type type) const;
     // Opens and validates the header; returns the file size.
-    size_t open_checked(const char *expected_arch);
+    size_t open_checked(const PartInfo &part);
 
     std::string path_;
     GgufContextPtr gguf_;
@@ -58,5 +60,26 @@ class GgufWeights {
     void *map_ = nullptr;
     size_t map_size_ = 0;
 };
+
+template <class H> void GgufWeights::read_meta(const std::vector<MetaKey<H>> &keys, H &hp) const {
+    for (const MetaKey<H> &k : keys) {
+        const std::string names = k.key + ".names", values = k.key + ".values";
+        switch (k.type) {
+        case MetaType::U32: k.u32(hp) = get_u32(k.key.c_str()); break;
+        case MetaType::F32: k.f32(hp) = get_f32(k.key.c_str()); break;
+        case MetaType::U32_ARRAY: k.u32_array(hp) = get_u32_array(k.key.c_str()); break;
+        case MetaType::STR_U32_MAP:
+            k.names(hp) = get_str_array(names.c_str());
+            k.u32_array(hp) = get_u32_array(values.c_str());
+            break;
+        case MetaType::STR_STR_MAP:
+            // Stored in the order of the name list it shares (read before it).
+            if (get_str_array(names.c_str()) != k.names(hp))
+                throw ModelError(path_ + ": '" + names + "' differs from its companion list");
+            k.str_values(hp) = get_str_array(values.c_str());
+            break;
+        }
+    }
+}
 
 }  // namespace kazeia

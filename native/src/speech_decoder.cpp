@@ -61,6 +61,31 @@ struct VocoderBlock {
     ResUnit res[3];
 };
 
+// The hyper-parameters of a decoder file, checked, and its tensor table against them.
+DecoderHParams read_checked_hparams(const GgufWeights &weights) {
+    DecoderHParams hp;
+    weights.read_meta(decoder_meta_keys(), hp);
+    const std::string &path = weights.path();
+    auto fail = [&](const std::string &what) {
+        throw ModelError(path + ": invalid decoder hyper-parameters: " + what);
+    };
+    if (hp.num_quantizers < 2 || hp.num_quantizers > 64) fail("num_quantizers");
+    if (hp.num_semantic_quantizers < 1 || hp.num_semantic_quantizers >= hp.num_quantizers)
+        fail("num_semantic_quantizers");
+    if (hp.codebook_size == 0 || hp.codebook_dim < 2 || hp.codebook_dim % 2) fail("codebook");
+    if (hp.num_heads == 0 || hp.num_kv_heads == 0 || hp.num_heads % hp.num_kv_heads)
+        fail("attention heads");
+    if (hp.sliding_window < 2) fail("sliding_window");
+    if (hp.upsample_rates.empty() || hp.upsampling_ratios.empty()) fail("upsampling");
+    uint64_t hop = 1;
+    for (uint32_t r : hp.upsample_rates) hop *= r;
+    for (uint32_t r : hp.upsampling_ratios) hop *= r;
+    if (hop != hp.hop_length) fail("hop_length is not the product of the upsampling rates");
+    if (hp.decoder_dim % (1u << hp.upsample_rates.size())) fail("decoder_dim");
+    weights.expect_tensors(decoder_tensor_specs(hp));
+    return hp;
+}
+
 }  // namespace
 
 struct SpeechDecoder::Model {
@@ -79,18 +104,8 @@ struct SpeechDecoder::Model {
     Snake snake_out;
 
     Model(const std::string &path, int threads)
-        : weights(path, DECODER_ARCH, ggml_backend_cpu_buffer_type()), n_threads(threads) {
-        weights.expect_version(DECODER_KEY_FORMAT_VERSION, DECODER_FORMAT_VERSION);
-        for (const MetaKey &k : decoder_meta_keys()) {
-            if (k.type == MetaType::U32) hp.*(k.u32) = weights.get_u32(k.key);
-            else if (k.type == MetaType::F32) hp.*(k.f32) = weights.get_f32(k.key);
-            else hp.*(k.u32_array) = weights.get_u32_array(k.key);
-        }
-        check_hparams(path);
-
-        std::vector<std::pair<std::string, std::vector<int64_t>>> table;
-        for (const TensorSpec &t : decoder_tensor_specs(hp)) table.emplace_back(t.name, t.ne);
-        weights.expect_tensors(table);
+        : weights(path, decoder_part(), ggml_backend_cpu_buffer_type()), n_threads(threads) {
+        hp = read_checked_hparams(weights);
         bind_tensors();
         pack_weights();
     }
@@ -125,25 +140,6 @@ struct SpeechDecoder::Model {
                 pack(r.conv2);
             }
         }
-    }
-
-    void check_hparams(const std::string &path) const {
-        auto fail = [&](const std::string &what) {
-            throw ModelError(path + ": invalid decoder hyper-parameters: " + what);
-        };
-        if (hp.num_quantizers < 2 || hp.num_quantizers > 64) fail("num_quantizers");
-        if (hp.num_semantic_quantizers < 1 || hp.num_semantic_quantizers >= hp.num_quantizers)
-            fail("num_semantic_quantizers");
-        if (hp.codebook_size == 0 || hp.codebook_dim < 2 || hp.codebook_dim % 2) fail("codebook");
-        if (hp.num_heads == 0 || hp.num_kv_heads == 0 || hp.num_heads % hp.num_kv_heads)
-            fail("attention heads");
-        if (hp.sliding_window < 2) fail("sliding_window");
-        if (hp.upsample_rates.empty() || hp.upsampling_ratios.empty()) fail("upsampling");
-        uint64_t hop = 1;
-        for (uint32_t r : hp.upsample_rates) hop *= r;
-        for (uint32_t r : hp.upsampling_ratios) hop *= r;
-        if (hop != hp.hop_length) fail("hop_length is not the product of the upsampling rates");
-        if (hp.decoder_dim % (1u << hp.upsample_rates.size())) fail("decoder_dim");
     }
 
     void bind_tensors() {
@@ -586,5 +582,9 @@ void DecoderStream::reset() {
 int64_t DecoderStream::frames_pushed() const { return state_->n_past; }
 
 const DecoderHParams &DecoderStream::hparams() const { return state_->m.hp; }
+
+DecoderHParams read_decoder_hparams(const std::string &path) {
+    return read_checked_hparams(GgufWeights(path, decoder_part(), GgufWeights::Mapped{}));
+}
 
 }  // namespace kazeia

@@ -1,41 +1,17 @@
-// Talker: loading the talker GGUF and its text path. The LM stack itself is lm_graph.cpp.
+// Talker: loading the talker GGUF, its text path, and one session's talker run (prefill with
+// the per-voice K/V cache, steps, cache growth). The LM stack itself is lm_graph.cpp.
 #include <algorithm>
 #include <cctype>
 #include <stdexcept>
 
 #include "kazeia/error.h"
 #include "ops.h"
+#include "prompt.h"
 #include "talker_model.h"
 
 namespace kazeia {
 
 namespace {
-void read_meta(const GgufWeights &w, TalkerHParams &hp) {
-    for (const TalkerMetaKey &k : talker_meta_keys()) {
-        const char *key = k.key.c_str();
-        switch (k.type) {
-        case TalkerMetaType::U32:
-            (k.lm ? (hp.*(k.lm)).*(k.lm_u32) : hp.*(k.u32)) = w.get_u32(key);
-            break;
-        case TalkerMetaType::F32:
-            (k.lm ? (hp.*(k.lm)).*(k.lm_f32) : hp.*(k.f32)) = w.get_f32(key);
-            break;
-        case TalkerMetaType::STR_U32_MAP:
-            hp.*(k.names) = w.get_str_array((k.key + ".names").c_str());
-            hp.*(k.u32_values) = w.get_u32_array((k.key + ".values").c_str());
-            break;
-        case TalkerMetaType::STR_STR_MAP: {
-            // Stored in the order of the name list it shares (speakers).
-            const auto names = w.get_str_array((k.key + ".names").c_str());
-            if (names != hp.*(k.names))
-                throw ModelError(w.path() + ": '" + k.key + ".names' differs from its companion list");
-            hp.*(k.str_values) = w.get_str_array((k.key + ".values").c_str());
-            break;
-        }
-        }
-    }
-}
-
 void check(const GgufWeights &w, const TalkerHParams &hp) {
     auto fail = [&](const std::string &what) {
         throw ModelError(w.path() + ": invalid talker hyper-parameters: " + what);
@@ -77,14 +53,11 @@ LmStack bind_stack(const GgufWeights &w, const char *prefix, const LmHParams &hp
 }
 }  // namespace
 
-Generator::Model::Model(const std::string &path, int threads)
-    : weights(path, TALKER_ARCH, GgufWeights::Mapped{}), n_threads(threads) {
-    weights.expect_version(TALKER_KEY_FORMAT_VERSION, TALKER_FORMAT_VERSION);
-    read_meta(weights, hp);
+TalkerModel::TalkerModel(const std::string &path, int threads)
+    : weights(path, talker_part(), GgufWeights::Mapped{}), n_threads(threads) {
+    weights.read_meta(talker_meta_keys(), hp);
     check(weights, hp);
-    std::vector<std::pair<std::string, std::vector<int64_t>>> table;
-    for (const TalkerTensorSpec &t : talker_tensor_specs(hp)) table.emplace_back(t.name, t.ne);
-    weights.expect_tensors(table);
+    weights.expect_tensors(talker_tensor_specs(hp));
     talker = bind_stack(weights, "tlk", hp.talker, tlk_name::NORM);
     predictor = bind_stack(weights, "cp", hp.predictor, tlk_name::CP_NORM);
     codec_embd = weights.tensor(tlk_name::TOK_EMBD);
@@ -102,7 +75,7 @@ Generator::Model::Model(const std::string &path, int threads)
     cp_heads = weights.tensor(tlk_name::CP_HEADS);
 }
 
-bool Generator::Model::find_prefix(const std::vector<int32_t> &key, PrefixKv &out) const {
+bool TalkerModel::find_prefix(const std::vector<int32_t> &key, PrefixKv &out) const {
     std::lock_guard<std::mutex> lock(prefix_mutex);
     for (auto it = prefix_cache.begin(); it != prefix_cache.end(); ++it) {
         if (it->key != key) continue;
@@ -113,7 +86,7 @@ bool Generator::Model::find_prefix(const std::vector<int32_t> &key, PrefixKv &ou
     return false;
 }
 
-void Generator::Model::store_prefix(PrefixKv entry) const {
+void TalkerModel::store_prefix(PrefixKv entry) const {
     std::lock_guard<std::mutex> lock(prefix_mutex);
     for (const PrefixKv &e : prefix_cache)
         if (e.key == entry.key) return;
@@ -121,7 +94,7 @@ void Generator::Model::store_prefix(PrefixKv entry) const {
     if (prefix_cache.size() > PREFIX_CACHE_SIZE) prefix_cache.pop_back();
 }
 
-std::vector<float> Generator::Model::text_projection(const std::vector<int32_t> &ids,
+std::vector<float> TalkerModel::text_projection(const std::vector<int32_t> &ids,
                                                      ggml_backend_t backend,
                                                      WorkerPool *pool) const {
     const int64_t n = (int64_t)ids.size();
@@ -145,6 +118,81 @@ std::vector<float> Generator::Model::text_projection(const std::vector<int32_t> 
     std::vector<float> out(ggml_nelements(x));
     ggml_backend_tensor_get(x, out.data(), 0, out.size() * sizeof(float));
     return out;
+}
+
+TalkerRun::TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, int64_t kv_block,
+                     ggml_backend_t backend, WorkerPool *pool)
+    : m_(m), backend_(backend), pool_(pool), kv_block_(kv_block) {
+    const LmHParams &tk = m.hp.talker;
+    // One slot per prompt row and per step, allocated in growing blocks: a large step budget
+    // costs nothing until it is used, and attention never runs over more empty slots than one
+    // block.
+    cache_ = std::make_unique<KvCache>(tk, prompt.rows() + std::min(steps, kv_block) + 1, backend);
+    prefill_graph_ = std::make_unique<LmGraph>(m.talker, *cache_, prompt.rows() - prompt.voice_rows,
+                                               tk.hidden_size, nullptr, nullptr, m.head, nullptr,
+                                               backend, pool);
+    step_graph_ = std::make_unique<LmGraph>(m.talker, *cache_, 1, tk.hidden_size, nullptr, nullptr,
+                                            m.head, nullptr, backend, pool);
+}
+
+void TalkerRun::prefill(const Prompt &prompt) {
+    load_or_compute_voice(prompt);
+    prefill_graph_->eval(prompt.prefill.data() + prompt.voice_rows * prompt.width, prompt.voice_rows);
+    last_ = prefill_graph_.get();
+    pos_ = prompt.rows();
+}
+
+void TalkerRun::step(const float *embed) {
+    if (pos_ >= cache_->n_ctx) grow(pos_ + 1 + kv_block_);
+    step_graph_->eval(embed, pos_++);
+    last_ = step_graph_.get();
+}
+
+// K/V of the voice rows: from the model's cache, or computed now and stored there.
+void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
+    const LmHParams &tk = m_.hp.talker;
+    const int64_t rows = prompt.voice_rows;
+    const size_t kv = (size_t)tk.num_kv_heads * tk.head_dim, bytes = kv * rows * sizeof(float);
+    TalkerModel::PrefixKv entry;
+    if (m_.find_prefix(prompt.voice_key, entry) && entry.rows == rows) {
+        for (size_t il = 0; il < cache_->k.size(); ++il) {
+            ggml_backend_tensor_set(cache_->k[il], entry.k[il].data(), 0, bytes);
+            ggml_backend_tensor_set(cache_->v[il], entry.v[il].data(), 0, bytes);
+        }
+        return;
+    }
+    LmGraph voice(m_.talker, *cache_, rows, tk.hidden_size, nullptr, nullptr, m_.head, nullptr,
+                  backend_, pool_);
+    voice.eval(prompt.prefill.data(), 0);
+    entry.key = prompt.voice_key;
+    entry.rows = rows;
+    entry.k.resize(cache_->k.size());
+    entry.v.resize(cache_->v.size());
+    for (size_t il = 0; il < cache_->k.size(); ++il) {
+        entry.k[il].resize(kv * rows);
+        entry.v[il].resize(kv * rows);
+        ggml_backend_tensor_get(cache_->k[il], entry.k[il].data(), 0, bytes);
+        ggml_backend_tensor_get(cache_->v[il], entry.v[il].data(), 0, bytes);
+    }
+    m_.store_prefix(std::move(entry));
+}
+
+void TalkerRun::grow(int64_t slots) {
+    const LmHParams &tk = m_.hp.talker;
+    auto bigger = std::make_unique<KvCache>(tk, slots, backend_);
+    const size_t bytes = (size_t)tk.num_kv_heads * tk.head_dim * cache_->n_ctx * sizeof(float);
+    std::vector<uint8_t> tmp(bytes);
+    for (size_t il = 0; il < cache_->k.size(); ++il) {
+        ggml_backend_tensor_get(cache_->k[il], tmp.data(), 0, bytes);
+        ggml_backend_tensor_set(bigger->k[il], tmp.data(), 0, bytes);
+        ggml_backend_tensor_get(cache_->v[il], tmp.data(), 0, bytes);
+        ggml_backend_tensor_set(bigger->v[il], tmp.data(), 0, bytes);
+    }
+    step_graph_.reset();
+    prefill_graph_.reset();  // done with; it points at the old cache
+    cache_ = std::move(bigger);
+    step_graph_ = std::make_unique<LmGraph>(m_.talker, *cache_, 1, tk.hidden_size, nullptr, nullptr,
+                                            m_.head, nullptr, backend_, pool_);
 }
 
 }  // namespace kazeia

@@ -5,42 +5,26 @@ namespace kazeia {
 namespace {
 using H = TalkerHParams;
 using L = LmHParams;
-using K = TalkerMetaKey;
+using K = MetaKey<H>;
 
-K u32(const std::string &key, const std::string &path, uint32_t H::*m) {
-    K k{key, TalkerMetaType::U32, path};
-    k.u32 = m;
-    return k;
+K u32(const std::string &key, const std::string &source, uint32_t H::*m) {
+    return meta_u32<H>(key, source, field(m));
 }
-K f32(const std::string &key, const std::string &path, float H::*m) {
-    K k{key, TalkerMetaType::F32, path};
-    k.f32 = m;
-    return k;
+K f32(const std::string &key, const std::string &source, float H::*m) {
+    return meta_f32<H>(key, source, field(m));
 }
-K lm_u32(const std::string &key, const std::string &path, LmHParams H::*lm, uint32_t L::*m) {
-    K k{key, TalkerMetaType::U32, path};
-    k.lm = lm;
-    k.lm_u32 = m;
-    return k;
-}
-K lm_f32(const std::string &key, const std::string &path, LmHParams H::*lm, float L::*m) {
-    K k{key, TalkerMetaType::F32, path};
-    k.lm = lm;
-    k.lm_f32 = m;
-    return k;
-}
-K u32_map(const std::string &key, const std::string &path, std::vector<std::string> H::*names,
+K u32_map(const std::string &key, const std::string &source, std::vector<std::string> H::*names,
           std::vector<uint32_t> H::*values) {
-    K k{key, TalkerMetaType::STR_U32_MAP, path};
-    k.names = names;
-    k.u32_values = values;
+    K k{key, MetaType::STR_U32_MAP, source};
+    k.names = field(names);
+    k.u32_array = field(values);
     return k;
 }
-K str_map(const std::string &key, const std::string &path, std::vector<std::string> H::*names,
+K str_map(const std::string &key, const std::string &source, std::vector<std::string> H::*names,
           std::vector<std::string> H::*values) {
-    K k{key, TalkerMetaType::STR_STR_MAP, path};
-    k.names = names;
-    k.str_values = values;
+    K k{key, MetaType::STR_STR_MAP, source};
+    k.names = field(names);
+    k.str_values = field(values);
     return k;
 }
 
@@ -66,13 +50,20 @@ void add_lm_keys(std::vector<K> &keys, const char *gguf_prefix, const char *conf
     for (const Field &f : fields) {
         const std::string key = std::string(gguf_prefix) + f.name;
         const std::string path = std::string(config_prefix) + f.config;
-        keys.push_back(f.u ? lm_u32(key, path, lm, f.u) : lm_f32(key, path, lm, f.f));
+        keys.push_back(f.u ? meta_u32<H>(key, path, field(lm, f.u)) : meta_f32<H>(key, path, field(lm, f.f)));
     }
 }
 }  // namespace
 
-const std::vector<TalkerMetaKey> &talker_meta_keys() {
-    static const std::vector<TalkerMetaKey> keys = [] {
+const PartInfo &talker_part() {
+    // The Base models' speaker encoder serves voice cloning, which the engine lacks yet.
+    static const PartInfo part{"talker", "talker.gguf", "kazeia-talker",
+                               "kazeia.talker.format_version", 1, "", {"speaker_encoder."}};
+    return part;
+}
+
+const std::vector<MetaKey<TalkerHParams>> &talker_meta_keys() {
+    static const std::vector<K> keys = [] {
         std::vector<K> k;
         add_lm_keys(k, "kazeia.talker.", "config.json:talker_config.", &H::talker);
         add_lm_keys(k, "kazeia.predictor.", "config.json:talker_config.code_predictor_config.",
@@ -122,16 +113,21 @@ std::string layer(const char *prefix, int il, const char *part) {
 }
 }  // namespace tlk_name
 
-std::vector<TalkerTensorSpec> talker_tensor_specs(const TalkerHParams &hp) {
-    std::vector<TalkerTensorSpec> t;
-    auto add = [&](std::string name, std::vector<int64_t> ne, std::string source,
-                   TalkerTensorKind kind) {
-        t.push_back(TalkerTensorSpec{std::move(name), std::move(ne), {std::move(source)}, kind});
+std::vector<TensorSpec> talker_tensor_specs(const TalkerHParams &hp) {
+    std::vector<TensorSpec> t;
+    // Norms and biases stay f32; matrices (torch Linear [out, in] is ggml [in, out]) and
+    // embedding tables (read with get_rows) follow --type.
+    auto add = [&](std::string name, std::vector<int64_t> ne, std::string source, Storage storage) {
+        t.push_back(TensorSpec{std::move(name), std::move(ne), {std::move(source)}, Transform::COPY,
+                               storage});
+    };
+    auto vec = [&](std::string name, std::vector<int64_t> ne, std::string source) {
+        add(std::move(name), std::move(ne), std::move(source), Storage::F32);
     };
     auto linear = [&](const std::string &name, const std::string &source, int64_t in, int64_t out,
                       bool bias) {
-        add(name + ".weight", {in, out}, source + ".weight", TalkerTensorKind::MATRIX);
-        if (bias) add(name + ".bias", {out}, source + ".bias", TalkerTensorKind::BIAS);
+        add(name + ".weight", {in, out}, source + ".weight", Storage::QUANTIZABLE);
+        if (bias) vec(name + ".bias", {out}, source + ".bias");
     };
     auto stack = [&](const char *prefix, const std::string &source, const LmHParams &lm) {
         const int64_t d = lm.hidden_size, q = lm.num_heads * lm.head_dim,
@@ -139,17 +135,14 @@ std::vector<TalkerTensorSpec> talker_tensor_specs(const TalkerHParams &hp) {
         for (int il = 0; il < (int)lm.num_layers; ++il) {
             const std::string s = source + ".layers." + std::to_string(il) + ".";
             auto n = [&](const char *part) { return tlk_name::layer(prefix, il, part); };
-            add(n("attn_norm.weight"), {d}, s + "input_layernorm.weight", TalkerTensorKind::NORM);
+            vec(n("attn_norm.weight"), {d}, s + "input_layernorm.weight");
             linear(n("attn_q"), s + "self_attn.q_proj", d, q, false);
             linear(n("attn_k"), s + "self_attn.k_proj", d, kv, false);
             linear(n("attn_v"), s + "self_attn.v_proj", d, kv, false);
             linear(n("attn_o"), s + "self_attn.o_proj", q, d, false);
-            add(n("attn_q_norm.weight"), {lm.head_dim}, s + "self_attn.q_norm.weight",
-                TalkerTensorKind::NORM);
-            add(n("attn_k_norm.weight"), {lm.head_dim}, s + "self_attn.k_norm.weight",
-                TalkerTensorKind::NORM);
-            add(n("ffn_norm.weight"), {d}, s + "post_attention_layernorm.weight",
-                TalkerTensorKind::NORM);
+            vec(n("attn_q_norm.weight"), {lm.head_dim}, s + "self_attn.q_norm.weight");
+            vec(n("attn_k_norm.weight"), {lm.head_dim}, s + "self_attn.k_norm.weight");
+            vec(n("ffn_norm.weight"), {d}, s + "post_attention_layernorm.weight");
             linear(n("ffn_gate"), s + "mlp.gate_proj", d, ff, false);
             linear(n("ffn_up"), s + "mlp.up_proj", d, ff, false);
             linear(n("ffn_down"), s + "mlp.down_proj", ff, d, false);
@@ -157,17 +150,17 @@ std::vector<TalkerTensorSpec> talker_tensor_specs(const TalkerHParams &hp) {
     };
     const LmHParams &tk = hp.talker, &cp = hp.predictor;
     add(tlk_name::TOK_EMBD, {tk.hidden_size, tk.vocab_size}, "talker.model.codec_embedding.weight",
-        TalkerTensorKind::EMBEDDING);
+        Storage::QUANTIZABLE);
     add(tlk_name::TEXT_EMBD, {hp.text_hidden_size, hp.text_vocab_size},
-        "talker.model.text_embedding.weight", TalkerTensorKind::EMBEDDING);
+        "talker.model.text_embedding.weight", Storage::QUANTIZABLE);
     linear(tlk_name::TEXT_FC1, "talker.text_projection.linear_fc1", hp.text_hidden_size,
            hp.text_hidden_size, true);
     linear(tlk_name::TEXT_FC2, "talker.text_projection.linear_fc2", hp.text_hidden_size,
            tk.hidden_size, true);
     stack("tlk", "talker.model", tk);
-    add(tlk_name::NORM, {tk.hidden_size}, "talker.model.norm.weight", TalkerTensorKind::NORM);
+    vec(tlk_name::NORM, {tk.hidden_size}, "talker.model.norm.weight");
     add(tlk_name::HEAD, {tk.hidden_size, tk.vocab_size}, "talker.codec_head.weight",
-        TalkerTensorKind::MATRIX);
+        Storage::QUANTIZABLE);
 
     const std::string c = "talker.code_predictor.";
     if (hp.has_mtp_projection())
@@ -179,12 +172,12 @@ std::vector<TalkerTensorSpec> talker_tensor_specs(const TalkerHParams &hp) {
         embds.push_back(c + "model.codec_embedding." + std::to_string(g) + ".weight");
         heads.push_back(c + "lm_head." + std::to_string(g) + ".weight");
     }
-    t.push_back(TalkerTensorSpec{tlk_name::CP_EMBD, {tk.hidden_size, cp.vocab_size * groups}, embds,
-                                 TalkerTensorKind::EMBEDDING});
+    t.push_back(TensorSpec{tlk_name::CP_EMBD, {tk.hidden_size, cp.vocab_size * groups}, embds,
+                           Transform::CONCAT, Storage::QUANTIZABLE});
     stack("cp", c + "model", cp);
-    add(tlk_name::CP_NORM, {cp.hidden_size}, c + "model.norm.weight", TalkerTensorKind::NORM);
-    t.push_back(TalkerTensorSpec{tlk_name::CP_HEADS, {cp.hidden_size, cp.vocab_size, groups}, heads,
-                                 TalkerTensorKind::MATRIX});
+    vec(tlk_name::CP_NORM, {cp.hidden_size}, c + "model.norm.weight");
+    t.push_back(TensorSpec{tlk_name::CP_HEADS, {cp.hidden_size, cp.vocab_size, groups}, heads,
+                           Transform::STACK, Storage::QUANTIZABLE});
     return t;
 }
 

@@ -1,19 +1,22 @@
-// The loaded talker GGUF (talker, text path, code predictor), shared by all sessions.
+// The talker as its own type: the loaded talker GGUF (talker, text path, code predictor),
+// shared by all generation sessions, and TalkerRun, one session's talker stack over its own
+// growing KV cache.
 #pragma once
 
 #include <list>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gguf_weights.h"
-#include "kazeia/generator.h"
+#include "kazeia/talker_arch.h"
 #include "lm_graph.h"
 
 namespace kazeia {
 
-struct Generator::Model {
+struct TalkerModel {
     GgufWeights weights;  // memory-mapped: untouched rows of the text table stay on disk
     TalkerHParams hp;
     int n_threads;
@@ -23,11 +26,11 @@ struct Generator::Model {
     ggml_tensor *head;
     ggml_tensor *cp_proj_w = nullptr, *cp_proj_b = nullptr, *cp_embd, *cp_heads;
 
-    Model(const std::string &path, int threads);
+    TalkerModel(const std::string &path, int threads);
 
     // The prompt rows before the text depend only on the voice (role tokens, language and
     // speaker codec tokens): their talker K/V are computed once per voice and reused, so a
-    // synthesis prefills only its text rows. Small LRU, shared by the sessions.
+    // synthesis prefills only its text rows. Small LRU, shared by the sessions (TalkerRun).
     struct PrefixKv {
         std::vector<int32_t> key;  // role ids + codec prefix ids
         int64_t rows = 0;
@@ -42,6 +45,35 @@ struct Generator::Model {
     // Text path P(x) = fc2(silu(fc1(text_embd[x]))) of each id: [ids.size(), hidden].
     std::vector<float> text_projection(const std::vector<int32_t> &ids, ggml_backend_t backend,
                                        WorkerPool *pool) const;
+};
+
+struct Prompt;
+
+// One session's talker: the prefill of a prompt (the voice rows' K/V from the model's cache)
+// and single-row steps, over a KV cache that grows in blocks of `kv_block` slots.
+class TalkerRun {
+  public:
+    // Room for the prompt and `steps` steps, allocated `kv_block` steps at a time.
+    TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, int64_t kv_block,
+              ggml_backend_t backend, WorkerPool *pool);
+    // The prompt's rows; then logits() and hidden() are those of its last row.
+    void prefill(const Prompt &prompt);
+    // One input row at the next position.
+    void step(const float *embed);
+    const std::vector<float> &logits() const { return last_->logits(); }
+    const std::vector<float> &hidden() const { return last_->hidden(); }
+
+  private:
+    void load_or_compute_voice(const Prompt &prompt);
+    void grow(int64_t slots);  // a larger cache with the old slots copied, step graph rebuilt
+
+    const TalkerModel &m_;
+    ggml_backend_t backend_;
+    WorkerPool *pool_;
+    int64_t kv_block_, pos_ = 0;
+    std::unique_ptr<KvCache> cache_;
+    std::unique_ptr<LmGraph> prefill_graph_, step_graph_;
+    const LmGraph *last_ = nullptr;
 };
 
 }  // namespace kazeia

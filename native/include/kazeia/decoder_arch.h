@@ -1,23 +1,17 @@
-// Speech decoder (Qwen3-TTS-Tokenizer-12Hz decoder): the one table of GGUF
-// metadata keys and tensors. The Python converter reads this table through the
-// bindings (wyoming_kazeia._native.decoder_arch) and the C++ loader checks a
-// file against it, so both agree by construction.
+// Speech decoder (Qwen3-TTS-Tokenizer-12Hz decoder): its format table in the idiom of arch.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kazeia/arch.h"
+
 namespace kazeia {
 
-// Value of `general.architecture` in a decoder GGUF: the "kind" of the file.
-inline constexpr const char *DECODER_ARCH = "kazeia-decoder";
-// Bumped whenever the tensor layout or metadata meaning changes.
-inline constexpr uint32_t DECODER_FORMAT_VERSION = 1;
-inline constexpr const char *DECODER_KEY_FORMAT_VERSION = "kazeia.decoder.format_version";
 // Matrices whose output width is a multiple of this run in the decoder's own GEMM (f32 math on
-// f32 or f16 weights, in panels of this many rows); the converter stores only those as f16, so
-// the activations stay f32 everywhere.
+// f32 or f16 weights, in panels of this many rows): only those are stored as f16 when the
+// model is quantized (Storage::F16_WHEN_QUANTIZED), so the activations stay f32 everywhere.
 inline constexpr int64_t DECODER_CONV_PANEL = 16;
 
 struct DecoderHParams {
@@ -45,44 +39,12 @@ struct DecoderHParams {
     uint32_t codebook_vec_dim() const { return codebook_dim / 2; }
 };
 
-// How a metadata key is filled by the converter: a path into the checkpoint's
-// speech_tokenizer/config.json ("decoder_config.codebook_size"), or, for the
-// few constants that the official code hard-codes, a literal value.
-enum class MetaType { U32, F32, U32_ARRAY };
+// The decoder's metadata keys: sources in speech_tokenizer/config.json, or constants that the
+// official code hard-codes.
+const std::vector<MetaKey<DecoderHParams>> &decoder_meta_keys();
 
-struct MetaKey {
-    const char *key;          // GGUF key
-    MetaType type;
-    const char *config_path;  // dotted path in speech_tokenizer/config.json, or nullptr
-    double constant;          // used when config_path is nullptr
-    // Where the loader stores the value (exactly one is set, matching `type`).
-    uint32_t DecoderHParams::*u32 = nullptr;
-    float DecoderHParams::*f32 = nullptr;
-    std::vector<uint32_t> DecoderHParams::*u32_array = nullptr;
-};
-
-const std::vector<MetaKey> &decoder_meta_keys();
-
-// How the converter turns checkpoint tensors into the stored one. The layouts
-// are "channel fastest": a conv activation is [C, T] with ne0 = C.
-enum class Transform {
-    COPY,          // as is (vectors, norm weights)
-    LINEAR,        // torch Linear [out, in] -> ggml [in, out]: same bytes
-    CONV,          // torch Conv1d [out, in, k] -> ggml [k*in, out] (tap-major rows)
-    TRANS_CONV,    // torch ConvTranspose1d [in, out, m*r] -> ggml [m*in, r*out]
-    DEPTHWISE,     // torch depthwise Conv1d [C, 1, k] -> ggml [C, k]
-    CODEBOOK,      // embedding_sum / clamp(cluster_usage, 1e-5) -> ggml [dim, size]
-    EXP,           // exp(x): SnakeBeta alpha
-    INV_EXP,       // 1 / (exp(x) + 1e-9): SnakeBeta beta
-};
-
-struct TensorSpec {
-    std::string name;                  // GGUF tensor name
-    std::vector<int64_t> ne;           // ggml shape (ne0 first)
-    std::vector<std::string> sources;  // checkpoint names (speech_tokenizer/model.safetensors)
-    Transform transform;
-    int stride = 0;                    // TRANS_CONV: the stride r
-};
+// The part as a whole (file, kind, format version, checkpoint folder, unused tensors).
+const PartInfo &decoder_part();
 
 // Every tensor a decoder GGUF holds, in file order, for the given hparams.
 std::vector<TensorSpec> decoder_tensor_specs(const DecoderHParams &hp);

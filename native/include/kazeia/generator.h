@@ -14,6 +14,17 @@ namespace kazeia {
 
 using Frame = std::array<int32_t, 16>;
 
+// The layout of input_ids, the tokenized assistant prompt
+// '<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n': PROMPT_ROLE_TOKENS ids
+// before the text (<|im_start|> assistant \n), PROMPT_TRAILER_TOKENS after it
+// (<|im_end|> \n <|im_start|> assistant \n).
+inline constexpr int64_t PROMPT_ROLE_TOKENS = 3;
+inline constexpr int64_t PROMPT_TRAILER_TOKENS = 5;
+
+// The number of text tokens in `input_ids`; InputError unless it is an assistant prompt of
+// this model's vocabulary with at least one text token.
+int64_t prompt_text_tokens(const TalkerHParams &hp, const std::vector<int32_t> &input_ids);
+
 struct GenerationOptions {
     std::string speaker;             // a speaker of the model (CustomVoice)
     std::string language = "auto";   // a language name of the model, or "auto"
@@ -39,6 +50,7 @@ struct GenerationTrace {
 };
 
 class GenerationSession;
+struct TalkerModel;  // the loaded talker GGUF (src/talker_model.h)
 
 class Generator {
   public:
@@ -50,6 +62,8 @@ class Generator {
 
     const TalkerHParams &hparams() const;
     int n_threads() const;
+    // prompt_text_tokens() for this model.
+    int64_t text_tokens(const std::vector<int32_t> &input_ids) const;
 
     // Starts a generation; validates ids, speaker and language (InputError listing the valid
     // ones). The generator must outlive the session. Sessions of one generator may run
@@ -58,10 +72,8 @@ class Generator {
                                              const GenerationOptions &options,
                                              GenerationTrace *trace = nullptr) const;
 
-    struct Model;
-
   private:
-    std::unique_ptr<Model> model_;
+    std::unique_ptr<TalkerModel> model_;
 };
 
 class GenerationSession {

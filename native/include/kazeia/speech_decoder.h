@@ -63,6 +63,11 @@ class DecoderStream {
     std::unique_ptr<State> state_;
 };
 
+// The hyper-parameters of a decoder GGUF (sample rate, hop, codebooks, ...), checked as a load
+// checks the file (header, metadata, tensor table, size) without reading the weights: for a
+// process that needs the decoder's facts but does not decode.
+DecoderHParams read_decoder_hparams(const std::string &path);
+
 // Largest number of frames one graph evaluates; longer pushes are split (memory bound).
 inline constexpr int64_t DECODER_MAX_CHUNK_FRAMES = 16;
 

@@ -1,17 +1,14 @@
-// Talker (Qwen3 LM over codec tokens, with its text path) and code predictor: the one table
-// of GGUF metadata keys and tensors, shared by the converter (through the bindings) and the
-// C++ loader, like decoder_arch.h.
+// Talker (Qwen3 LM over codec tokens, with its text path) and code predictor: their format
+// table in the idiom of arch.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace kazeia {
+#include "kazeia/arch.h"
 
-inline constexpr const char *TALKER_ARCH = "kazeia-talker";
-inline constexpr uint32_t TALKER_FORMAT_VERSION = 1;
-inline constexpr const char *TALKER_KEY_FORMAT_VERSION = "kazeia.talker.format_version";
+namespace kazeia {
 
 // One Qwen3 decoder stack (talker or code predictor).
 struct LmHParams {
@@ -52,46 +49,16 @@ struct TalkerHParams {
     bool has_mtp_projection() const { return talker.hidden_size != predictor.hidden_size; }
 };
 
-enum class TalkerMetaType { U32, F32, STR_U32_MAP, STR_STR_MAP };
+// The talker's metadata keys: sources in config.json and generation_config.json.
+const std::vector<MetaKey<TalkerHParams>> &talker_meta_keys();
 
-struct TalkerMetaKey {
-    std::string key;          // GGUF key; maps are stored as key + ".names" / key + ".values"
-    TalkerMetaType type;
-    std::string config_path;  // "config.json:talker_config.hidden_size" or
-                              // "generation_config.json:top_k"
-    uint32_t TalkerHParams::*u32 = nullptr;
-    float TalkerHParams::*f32 = nullptr;
-    // maps (names, values)
-    std::vector<std::string> TalkerHParams::*names = nullptr;
-    std::vector<uint32_t> TalkerHParams::*u32_values = nullptr;
-    std::vector<std::string> TalkerHParams::*str_values = nullptr;
-    uint32_t LmHParams::*lm_u32 = nullptr;  // with `lm`: a field of talker or predictor
-    float LmHParams::*lm_f32 = nullptr;
-    LmHParams TalkerHParams::*lm = nullptr;
-};
+// The part as a whole (file, kind, format version, checkpoint folder, unused tensors).
+const PartInfo &talker_part();
 
-const std::vector<TalkerMetaKey> &talker_meta_keys();
-
-// How a checkpoint tensor becomes the stored one: all are plain copies (a torch Linear
-// [out, in] and an Embedding [rows, dim] already have ggml's layout); the kind decides
-// whether --type may quantize it.
-enum class TalkerTensorKind {
-    NORM,       // vectors: always f32
-    BIAS,       // always f32
-    MATRIX,     // linear weights: quantizable
-    EMBEDDING,  // lookup tables (read with get_rows): quantizable
-};
-
-struct TalkerTensorSpec {
-    std::string name;
-    std::vector<int64_t> ne;
-    // Checkpoint names (model.safetensors); several are stacked along the outermost dimension
-    // (the code predictor's 15 heads and 15 embeddings become one tensor each).
-    std::vector<std::string> sources;
-    TalkerTensorKind kind;
-};
-
-std::vector<TalkerTensorSpec> talker_tensor_specs(const TalkerHParams &hp);
+// Every tensor a talker GGUF holds, in file order. Matrices and embedding tables are
+// quantizable; norms and biases stay f32. The code predictor's 15 heads are stacked into one
+// tensor and its 15 embedding tables concatenated into one.
+std::vector<TensorSpec> talker_tensor_specs(const TalkerHParams &hp);
 
 namespace tlk_name {
 inline const char *TOK_EMBD = "tlk.codec_embd";

@@ -4,7 +4,7 @@ Runs the official PyPI package ``qwen-tts`` (fp32, CPU) on a checkpoint in the H
 layout and writes the arrays the parity tests compare against (the same set, names, shapes and
 dtypes as ``tests/data/reference/*/ref``; ``manifest.json`` describes each one)::
 
-    python -m wyoming_kazeia.dev.make_reference CHECKPOINT_DIR OUT_DIR \
+    script/make-reference CHECKPOINT_DIR OUT_DIR \
         [--inputs DIR] [--parts decoder,talker] [--compare REF_DIR]
 
 Inputs (``input_ids``, ``dec_codes``, ``dec_codes_long``, ``fixed_talker_inputs_embeds``) are
@@ -432,7 +432,7 @@ def compare(arrays: dict[str, np.ndarray], ref_dir: Path, atol: float) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m wyoming_kazeia.dev.make_reference",
+        prog="script/make-reference",
         description="Regenerate reference arrays with the official qwen-tts implementation.",
     )
     parser.add_argument("checkpoint", type=Path, help="model dir (config.json, speech_tokenizer/)")
@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         "attn_implementation": "talker+CP eager, speech-tokenizer decoder sdpa (the default the "
         "official loader uses)",
         "dtype": "float32",
-        "generator": "wyoming_kazeia.dev.make_reference (qwen-tts "
+        "generator": "dev/kazeia_dev/reference/make_reference.py (qwen-tts "
         f"{_version('qwen-tts')}, transformers {transformers.__version__}, "
         f"torch {torch.__version__})",
     }

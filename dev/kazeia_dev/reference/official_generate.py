@@ -3,7 +3,7 @@
 Run with the reference interpreter (``build/reference-venv/bin/python``, see
 ``script/make-reference --setup``), not with the project's environment::
 
-    python wyoming_kazeia/dev/official_generate.py CHECKPOINT_DIR --ids 151644,77091,198,... \
+    python dev/kazeia_dev/reference/official_generate.py CHECKPOINT_DIR --ids 151644,77091,198,... \
         [--frames 40] [--mode stream|nonstream] [--speaker vivian] [--language english] \
         [--threads N] [--repeats R] [--seed S] [--warmup-frames W]
 

@@ -5,7 +5,7 @@ native engine are tested on checkpoints made here: every file, key, tensor name,
 is the official one, only the numbers are random (drawn at meaningful scales so that nothing is
 silent, saturated or trivially symmetric).
 
-    python -m wyoming_kazeia.dev.random_checkpoint OUT_DIR --size tiny|tiny-1.7b|0.6b|1.7b \
+    script/random-checkpoint OUT_DIR --size tiny|tiny-1.7b|0.6b|1.7b \
         [--variant custom_voice|base] [--seed N]
 
 Sizes:
@@ -1128,11 +1128,11 @@ def write_checkpoint(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m wyoming_kazeia.dev.random_checkpoint",
+        prog="script/random-checkpoint",
         description="Write a random-weight Qwen3-TTS 12 Hz checkpoint (official HF layout).",
     )
     parser.add_argument("out_dir", type=Path, help="output folder (created if missing)")
-    parser.add_argument("--size", required=True, choices=SIZES)
+    parser.add_argument("--size", default="tiny", choices=SIZES, help="default tiny")
     parser.add_argument("--variant", default="custom_voice", choices=VARIANTS)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="non-negative integer")
     parser.add_argument("-q", "--quiet", action="store_true", help="only log warnings")

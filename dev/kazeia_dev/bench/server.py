@@ -25,19 +25,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .bench import (
+from .common import (
     REPO_ROOT,
     BenchError,
-    _engine_row_cmd,
-    _loadavg,
-    _print_result,
     default_cache_dir,
-    ensure_engine_dir,
+    loadavg,
     logger,
     machine_info,
     machine_line,
+    print_result,
     run_json_child,
 )
+from .engine import engine_row_cmd, ensure_engine_dir
 
 TEXTS = [
     "The living room lights are now on.",
@@ -45,7 +44,7 @@ TEXTS = [
 ]
 
 
-def add_server_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "server",
         help="the Wyoming server over the protocol (wyoming-bench): TTFA and RTF",
@@ -196,9 +195,9 @@ def bench_server(args: argparse.Namespace) -> int:
         language="auto",
     )
     out_npy = args.cache_dir / "server-bench-engine.npy"
-    cmd = _engine_row_cmd(row, model, args.stream_chunk, False, args.rounds, out_npy)
+    cmd = engine_row_cmd(row, model, args.stream_chunk, False, args.rounds, out_npy)
     engine_row = run_json_child(cmd, "the engine in-process")
-    machine["loadavg_at_end"] = _loadavg()
+    machine["loadavg_at_end"] = loadavg()
     result = {
         "machine": machine,
         "model": str(model),
@@ -215,7 +214,7 @@ def bench_server(args: argparse.Namespace) -> int:
             "rtf": engine_row["rtf"],
         },
     }
-    return _print_result(result, server_table, args.json)
+    return print_result(result, server_table, args.json)
 
 
 def server_table(result: dict[str, Any]) -> str:

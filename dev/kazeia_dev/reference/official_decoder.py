@@ -3,7 +3,7 @@
 Run with the reference interpreter (``build/reference-venv/bin/python``, see
 ``script/make-reference --setup``), not with the project's environment::
 
-    python wyoming_kazeia/dev/official_decoder.py SPEECH_TOKENIZER_DIR CODES.npy \
+    python dev/kazeia_dev/reference/official_decoder.py SPEECH_TOKENIZER_DIR CODES.npy \
         [--threads N] [--repeats R] [--warmup-frames W] [--out WAV.npy]
 
 Loads ``Qwen3TTSTokenizerV2Model`` from qwen-tts in fp32 (the whole speech tokenizer, encoder

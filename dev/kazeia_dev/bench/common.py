@@ -1,0 +1,355 @@
+"""Shared runner of the benches: machine facts, cached random models, fresh-process
+children, report formatting."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger("bench")
+
+SAMPLE_RATE = 24000
+HOP = 1920  # samples per 80 ms frame
+NUM_QUANTIZERS = 16
+CODEBOOK_SIZE = 2048
+WARMUP_FRAMES = 4
+
+
+RANDOM_CHECKPOINT = "kazeia_dev.random_checkpoint"
+DEV_ROOT = Path(__file__).resolve().parents[2]  # dev/: on PYTHONPATH for every child
+REPO_ROOT = DEV_ROOT.parent
+REFERENCE_KIT = DEV_ROOT / "kazeia_dev" / "reference"  # scripts run by the reference Python
+OFFICIAL_SCRIPT = REFERENCE_KIT / "official_decoder.py"
+
+# The child (one measured configuration) runs as `python -c CHILD_BOOT ARGS...`, so that it never
+# shows up among the public subcommands.
+CHILD_BOOT = "import sys; from kazeia_dev.bench.child import child_main; sys.exit(child_main())"
+
+
+class BenchError(RuntimeError):
+    """A bench could not run (missing input, failed child process)."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def default_cache_dir() -> Path:
+    """``.bench/`` in the repository root (editable install), else in the current directory."""
+    if (REPO_ROOT / "pyproject.toml").is_file():
+        return REPO_ROOT / ".bench"
+    return Path.cwd() / ".bench"
+
+
+def default_reference_python() -> Path:
+    """``$REFERENCE_PYTHON`` or ``build/reference-venv/bin/python`` (as script/make-reference)."""
+    env = os.environ.get("REFERENCE_PYTHON")
+    if env:
+        return Path(env)
+    return REPO_ROOT / "build" / "reference-venv" / "bin" / "python"
+
+
+def ggml_cpu_features() -> list[str]:
+    """The x86 features the bundled ggml CPU backend was compiled with (empty if unknown)."""
+    try:
+        from wyoming_kazeia import _native
+
+        lib = ctypes.CDLL(str(Path(_native.__file__).parent / "lib" / "libkazeia-ggml-cpu.so"))
+    except (ImportError, OSError):
+        return []
+    names = ("sse3", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512", "avx512_vnni")
+    found = []
+    for name in names:
+        func = getattr(lib, f"ggml_cpu_has_{name}", None)
+        if func is not None and func():
+            found.append(name.upper())
+    return found
+
+
+def loadavg() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    """The ``Machine:`` line of a report."""
+    features = " ".join(m["ggml_cpu_features"]) or "unknown"
+    flags = " ".join(m.get("cpu_flags", [])) or "unknown"
+    return (
+        f"Machine: {m['cpu']}, {m['cpus']} CPUs ({m['usable_cpus']} usable), CPU flags: {flags}; "
+        f"ggml CPU build: {features}; load average {m['loadavg_at_start']} at start, "
+        f"{m['loadavg_at_end']} at end"
+    )
+
+
+def warn_if_busy(machine: dict[str, Any]) -> None:
+    load = machine["loadavg_at_start"]
+    if load and load[0] > 0.5:
+        logger.warning(
+            "load average %.2f before the bench: if other work is running, timings will be noisy",
+            load[0],
+        )
+
+
+# CPU flags that matter to ggml's CPU kernels (shown beside the features ggml was built with).
+CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, CPU counts, CPU flags, ggml build features, load average, OS and Python."""
+    cpu = platform.processor() or "unknown"
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first CPU is enough
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    if "model name" in fields:
+        cpu = fields["model name"]
+        if "cpu family" in fields and "model" in fields:
+            cpu += f" (family {fields['cpu family']}, model {fields['model']})"
+    flags = set(fields.get("flags", "").split())
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = os.cpu_count() or 0
+    load = loadavg()
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count() or 0,
+        "usable_cpus": usable,
+        "cpu_flags": [f.upper() for f in CPU_FLAGS if f in flags],
+        "ggml_cpu_features": ggml_cpu_features(),
+        "loadavg_at_start": load,
+        "loadavg_at_end": [],
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def ensure_checkpoint(cache_dir: Path, size: str, seed: int = 0) -> Path:
+    """The random checkpoint ``cache_dir / f"ck-{size}"`` (written once by
+    ``kazeia_dev.random_checkpoint``, then reused)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = cache_dir / f"ck-{size}"
+    if not (ckpt / "speech_tokenizer" / "config.json").is_file():
+        _build_dir(
+            ckpt,
+            lambda out: ["-m", RANDOM_CHECKPOINT, str(out), "--size", size, "--seed", str(seed)],
+            f"random {size} checkpoint (seed {seed})",
+        )
+    else:
+        logger.info("reusing %s", ckpt)
+    return ckpt
+
+
+def ensure_model(cache_dir: Path, size: str, out_type: str = "f32", seed: int = 0) -> Path:
+    """A converted random checkpoint in ``cache_dir`` (created once, then reused).
+
+    ``ck-SIZE`` is written by ``kazeia_dev.random_checkpoint`` and ``m-SIZE`` (f32) or
+    ``m-SIZE-TYPE`` by ``wyoming_kazeia.convert``; both are built under a ``.tmp`` name and
+    renamed when complete, so an interrupted run never leaves a half-written folder in use.
+    Returns the converted folder; the checkpoint is ``cache_dir / f"ck-{size}"``.
+    """
+    model = cache_dir / (f"m-{size}" if out_type == "f32" else f"m-{size}-{out_type}")
+    if (model / "decoder.gguf").is_file():
+        logger.info("reusing %s", model)
+        return model
+    ckpt = ensure_checkpoint(cache_dir, size, seed)
+    _build_dir(
+        model,
+        lambda out: ["-m", "wyoming_kazeia.convert", str(ckpt), str(out), "--type", out_type],
+        f"{out_type} conversion of {ckpt.name}",
+    )
+    return model
+
+
+# `python -c` program writing one part's GGUF: convert_part(PART, CHECKPOINT, OUT, TYPE).
+CONVERT_PART = (
+    "import logging, sys; from pathlib import Path; "
+    "from wyoming_kazeia import convert; "
+    "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s'); "
+    "Path(sys.argv[3]).parent.mkdir(parents=True, exist_ok=True); "
+    "convert.convert_part(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])"
+)
+
+
+def ensure_talker(cache_dir: Path, size: str, out_type: str, seed: int = 0) -> Path:
+    """``cache_dir / f"t-{size}-{out_type}" / "talker.gguf"`` of the random checkpoint."""
+    return _ensure_part(cache_dir, "talker", f"t-{size}-{out_type}", size, out_type, seed)
+
+
+def ensure_decoder(cache_dir: Path, size: str, out_type: str, seed: int = 0) -> Path:
+    """``cache_dir / f"d-{size}-{out_type}" / "decoder.gguf"`` of the random checkpoint (what
+    the converter writes for ``--type out_type``: f16 GEMM matrices unless f32)."""
+    return _ensure_part(cache_dir, "decoder", f"d-{size}-{out_type}", size, out_type, seed)
+
+
+def _ensure_part(
+    cache_dir: Path, part: str, name: str, size: str, out_type: str, seed: int
+) -> Path:
+    """Only one part is converted (no other GGUF, no tokenizer files); the folder is built
+    under a ``.tmp`` name and renamed when complete, then reused. Returns the part's GGUF."""
+    folder = cache_dir / name
+    gguf = folder / f"{part}.gguf"
+    if gguf.is_file():
+        logger.info("reusing %s", gguf)
+        return gguf
+    ckpt = ensure_checkpoint(cache_dir, size, seed)
+    _build_dir(
+        folder,
+        lambda out: ["-c", CONVERT_PART, part, str(ckpt), str(out / f"{part}.gguf"), out_type],
+        f"{out_type} {part} of {ckpt.name}",
+    )
+    return gguf
+
+
+def _build_dir(target: Path, python_argv: Callable[[Path], list[str]], what: str) -> None:
+    """Run ``python *python_argv(TMP)`` (``-m MODULE ...`` or ``-c CODE ...``), then rename TMP
+    to ``target``."""
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("writing the %s to %s (once) ...", what, target)
+    start = time.monotonic()
+    argv = python_argv(tmp)
+    proc = subprocess.run([sys.executable, *argv], stdout=sys.stderr)
+    if proc.returncode != 0:
+        raise BenchError(f"writing the {what} failed with exit status {proc.returncode}")
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    logger.info("%s ready in %.0f s", target, time.monotonic() - start)
+
+
+def run_json_child(
+    cmd: list[str], what: str, env: dict[str, str] | None = None, timeout: float | None = None
+) -> dict[str, Any]:
+    """Run a measuring child (stderr passes through); parse the JSON on its last stdout line.
+
+    With ``timeout`` (seconds) a child still running then is killed and a BenchError raised."""
+    logger.info("%s: fresh process ...", what)
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        raise BenchError(f"{what}: no result within {timeout:.0f} s (child killed)") from err
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        raise BenchError(f"{what}: child process failed with exit status {proc.returncode}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def ok(flag: bool) -> str:
+    """A target's verdict in the reports."""
+    return "ok" if flag else "MISSED"
+
+
+def fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float | None:
+    """max |a - b| over the common length (None when either is empty)."""
+    n = min(a.size, b.size)
+    if n == 0:
+        return None
+    return float(np.max(np.abs(a[:n].astype(np.float64) - b[:n].astype(np.float64))))
+
+
+# --------------------------------------------------------------------------- decoder bench
+
+
+def print_result(
+    result: dict[str, Any], table: Callable[[dict[str, Any]], str], as_json: bool
+) -> int:
+    """The bench's output on stdout: one JSON object, or the markdown table."""
+    sys.stdout.write((json.dumps(result, indent=1) if as_json else table(result)) + "\n")
+    return 0
+
+
+def add_official_args(p: argparse.ArgumentParser, what: str, repeats: int) -> None:
+    """The options of a row measured with the official implementation, and --json."""
+    p.add_argument(
+        "--official-repeats",
+        type=int,
+        default=repeats,
+        help=f"timed runs of {what} (default {repeats})",
+    )
+    p.add_argument("--no-official", action="store_true", help=f"skip {what}")
+    p.add_argument(
+        "--reference-python",
+        type=Path,
+        default=None,
+        help="interpreter with qwen-tts (default: $REFERENCE_PYTHON or "
+        "build/reference-venv/bin/python)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def parse_chunks(text: str) -> list[int]:
+    try:
+        chunks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        chunks = []
+    if not chunks or min(chunks) < 1:
+        raise BenchError(f"--chunks must be positive integers, got {text!r}")
+    return chunks
+
+
+def official_child(
+    args: argparse.Namespace,
+    needed: Path | None,
+    argv: Callable[[], list[str]],
+    what: str,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    """Runs an official script under the reference interpreter (``status`` ``ok``, with its
+    JSON result), or says why not: skipped, not installed, no checkpoint (``needed``, a file of
+    it, missing) or failed."""
+    python = args.reference_python or default_reference_python()
+    if args.no_official:
+        return {"status": "skipped (--no-official)"}
+    if not python.is_file():
+        return {
+            "status": "not installed",
+            "detail": f"{python} not found (script/make-reference --setup)",
+        }
+    if needed is None or not needed.is_file():
+        return {
+            "status": "no checkpoint",
+            "detail": "give --checkpoint (the Hugging Face folder of --model-dir)",
+        }
+    try:
+        result = run_json_child([str(python), *argv()], what, env)
+    except BenchError as err:
+        logger.error("%s", err)
+        return {"status": "failed", "detail": str(err)}
+    result["status"] = "ok"
+    result["interpreter"] = str(python)
+    return result
+
+
+GEN_SENTENCE = "Hello, world! This is a test of the Qwen3 TTS engine."
+
+
+def setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr
+    )

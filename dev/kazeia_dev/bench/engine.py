@@ -1,0 +1,675 @@
+"""``script/bench engine``: the streaming engine, unloaded and beside competing load."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
+from .common import (
+    CHILD_BOOT,
+    GEN_SENTENCE,
+    HOP,
+    SAMPLE_RATE,
+    BenchError,
+    default_cache_dir,
+    ensure_checkpoint,
+    ensure_decoder,
+    ensure_talker,
+    fmt,
+    loadavg,
+    logger,
+    machine_info,
+    machine_line,
+    max_abs_diff,
+    ok,
+    parse_chunks,
+    print_result,
+    run_json_child,
+    warn_if_busy,
+)
+from .targets import PEER_NOTES, TARGETS
+
+T = TARGETS["engine"]  # this bench's targets
+PEERS = PEER_NOTES["engine"]
+# --------------------------------------------------------------------------- engine bench
+
+# The tokenizer files and config.json the engine reads from its model folder (beside the GGUFs).
+ENGINE_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "config.json")
+ENGINE_FILES = ("talker.gguf", "decoder.gguf", *ENGINE_TOKENIZER_FILES)
+ENGINE_TALKER_TYPE = "q8_0"
+ENGINE_CHUNKS = "1,4,8"
+
+
+# One competing-load process: `python -c PROGRAM DEADLINE_S`. The deadline bounds it even if the
+# bench itself is killed (the bench also kills it at the end of every row, and on Linux the
+# kernel kills it with its parent).
+LOAD_PROGRAMS = {
+    "spin": (
+        "import sys, time\n"
+        "end = time.monotonic() + float(sys.argv[1])\n"
+        "while time.monotonic() < end:\n"
+        "    pass\n"
+    ),
+    "matmul": (
+        "import sys, time\n"
+        "import numpy as np\n"
+        "a = np.random.default_rng(0).random((512, 512))\n"
+        "b = np.empty_like(a)\n"
+        "end = time.monotonic() + float(sys.argv[1])\n"
+        "while time.monotonic() < end:\n"
+        "    np.matmul(a, a, out=b)\n"
+    ),
+}
+LOAD_MIN_S = 60.0  # bounds of one loaded row (the load processes' deadline, the child's timeout)
+LOAD_MAX_S = 600.0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "engine",
+        help="streaming engine (text -> PCM chunks): first audio, RTF, chunk sizes, subprocess "
+        "decoder, slowdown under a competing load",
+        description=(
+            "Benchmark the streaming engine (Engine.synthesize: text -> 24 kHz int16 chunks) on "
+            "a random 0.6b checkpoint (q8_0 talker, f16 decoder), --frames frames forced: "
+            "one-shot (stream_chunk 0), streaming with --chunks, and the subprocess decoder, "
+            "each in a fresh process (a warm-up synthesis, then medians over --repeats): "
+            "decoder / talker / code-predictor seconds, total, RTF, time to first audio, peak "
+            "RSS. Then the same rows again beside --load-procs busy processes (--no-load to "
+            "skip): slowdown loaded / unloaded. Prints a markdown table (or JSON with --json) "
+            "on stdout."
+        ),
+    )
+    p.add_argument(
+        "--model-dir",
+        type=Path,
+        help="model folder with talker.gguf, decoder.gguf and the tokenizer files (default: "
+        f"{{cache dir}}/e-0.6b-{ENGINE_TALKER_TYPE}, links to the cached random 0.6b checkpoint, "
+        f"its {ENGINE_TALKER_TYPE} talker and the decoder converted at that type)",
+    )
+    p.add_argument("--cache-dir", type=Path, help="default: .bench/ in the repository root")
+    p.add_argument("--threads", type=int, default=2, help="generator threads (default 2)")
+    p.add_argument(
+        "--decoder-threads", type=int, default=None, help="decoder threads (default: --threads)"
+    )
+    p.add_argument(
+        "--frames",
+        type=int,
+        default=40,
+        help="max_frames of every synthesis, 80 ms each (default 40; random weights never emit "
+        "eos, so every synthesis gives this many)",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="timed syntheses per row (default 3)")
+    p.add_argument(
+        "--load-repeats",
+        type=int,
+        default=2,
+        help="timed syntheses per row under the competing load (default 2)",
+    )
+    p.add_argument(
+        "--chunks",
+        default=ENGINE_CHUNKS,
+        help=f"comma-separated stream_chunk values, one streaming row each (default "
+        f"{ENGINE_CHUNKS}; the one-shot and subprocess rows always run)",
+    )
+    p.add_argument("--text", default=GEN_SENTENCE, help="the sentence (default: ~10 words)")
+    p.add_argument("--speaker", default="vivian", help="default vivian")
+    p.add_argument("--language", default="english", help="default english")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed of every synthesis")
+    p.add_argument(
+        "--load",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run every row beside a competing CPU load (default on; --no-load skips it)",
+    )
+    p.add_argument(
+        "--load-procs", type=int, default=2, help="competing single-thread processes (default 2)"
+    )
+    p.add_argument(
+        "--load-kind",
+        choices=tuple(LOAD_PROGRAMS),
+        default="spin",
+        help="spin: a pure Python busy loop; matmul: a one-thread numpy 512x512 matmul loop "
+        "(default spin)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=bench_engine)
+
+
+def ensure_engine_dir(cache_dir: Path, size: str = "0.6b", talker_type: str = "q8_0") -> Path:
+    """``cache_dir / f"e-{size}-{talker_type}"``: a model folder for ``Engine`` made of relative
+    symbolic links to the cached talker (``t-SIZE-TYPE``), the decoder the converter writes for
+    that type (``d-SIZE-TYPE``) and the tokenizer files of the checkpoint (``ck-SIZE``), which
+    are built first when missing. Made under a ``.tmp`` name and renamed; reused while every link
+    resolves and points at those files."""
+    folder = cache_dir / f"e-{size}-{talker_type}"
+    decoder = ensure_decoder(cache_dir, size, talker_type)
+    if (folder / "decoder.gguf").resolve() != decoder.resolve():
+        shutil.rmtree(folder, ignore_errors=True)  # built by an older bench: another decoder
+    if all((folder / name).is_file() for name in ENGINE_FILES):
+        logger.info("reusing %s", folder)
+        return folder
+    sources = {
+        "talker.gguf": ensure_talker(cache_dir, size, talker_type),
+        "decoder.gguf": decoder,
+    }
+    ckpt = ensure_checkpoint(cache_dir, size)
+    sources.update({name: ckpt / name for name in ENGINE_TOKENIZER_FILES})
+    missing = [str(src) for src in sources.values() if not src.is_file()]
+    if missing:
+        raise BenchError(f"cannot build {folder}: missing {', '.join(missing)}")
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, src in sources.items():
+        (tmp / name).symlink_to(os.path.relpath(src, folder))
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    logger.info("%s ready (links)", folder)
+    return folder
+
+
+def _die_with_parent() -> None:
+    """``preexec_fn`` of a load process: SIGKILL when the bench dies (Linux prctl)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a live process (/proc/PID/stat), None where unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def competing_load(n: int, kind: str, bound_s: float) -> Iterator[dict[str, Any]]:
+    """``n`` busy single-thread processes for the duration of the ``with`` block.
+
+    Each exits by itself after ``bound_s`` seconds; all are killed when the block ends (however
+    it ends). The yielded dict receives ``cpu_share``: the mean fraction of a CPU each got."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = "1"
+    procs: list[subprocess.Popen[bytes]] = []
+    info: dict[str, Any] = {"procs": n, "kind": kind, "bound_s": bound_s}
+    start = time.monotonic()
+    try:
+        for _ in range(n):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", LOAD_PROGRAMS[kind], f"{bound_s:.0f}"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    env=env,
+                    preexec_fn=_die_with_parent,
+                )
+            )
+        time.sleep(0.5)  # started and busy before the measured child starts
+        if any(p.poll() is not None for p in procs):
+            raise BenchError("a competing-load process exited at once")
+        yield info
+    finally:
+        wall = time.monotonic() - start
+        cpu = [_proc_cpu_s(p.pid) for p in procs if p.poll() is None]
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.wait()
+        known = [c for c in cpu if c is not None]
+        if known and wall > 0:
+            info["cpu_share"] = sum(known) / (len(known) * wall)
+
+
+def engine_row_cmd(
+    args: argparse.Namespace, model_dir: Path, chunk: int, subproc: bool, repeats: int, out: Path
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-c",
+        CHILD_BOOT,
+        "engine",
+        str(model_dir),
+        "--threads",
+        str(args.threads),
+        "--decoder-threads",
+        str(args.decoder_threads),
+        "--chunk",
+        str(chunk),
+        "--repeats",
+        str(repeats),
+        "--frames",
+        str(args.frames),
+        "--seed",
+        str(args.seed),
+        "--text",
+        args.text,
+        "--speaker",
+        args.speaker,
+        "--language",
+        args.language,
+        "--out",
+        str(out),
+    ]
+    if subproc:
+        cmd.append("--subprocess")
+    return cmd
+
+
+def _label(name: str) -> str:
+    if name == "oneshot":
+        return "one-shot (chunk 0)"
+    if name == "subprocess":
+        return "subprocess decoder"
+    return f"stream k={name.removeprefix('stream_k')}"
+
+
+def bench_engine(args: argparse.Namespace) -> int:
+    """The ``engine`` bench: fresh-process rows (one-shot, streaming, subprocess decoder), then
+    the same rows beside a competing load."""
+    if args.decoder_threads is None:
+        args.decoder_threads = args.threads
+    if min(args.threads, args.decoder_threads, args.repeats, args.load_repeats) < 1:
+        raise BenchError("--threads, --decoder-threads, --repeats, --load-repeats must be >= 1")
+    if args.frames < 1 or args.load_procs < 1:
+        raise BenchError("--frames and --load-procs must be >= 1")
+    chunks = parse_chunks(args.chunks)
+    if max(chunks) > 64:
+        raise BenchError("--chunks: stream_chunk is at most 64")
+    machine = machine_info()
+    warn_if_busy(machine)
+    cache_dir = args.cache_dir or default_cache_dir()
+    if args.model_dir is not None:
+        model_dir = args.model_dir
+        missing = [name for name in ENGINE_FILES if not (model_dir / name).is_file()]
+        if missing:
+            raise BenchError(f"{model_dir} lacks {', '.join(missing)}")
+    else:
+        model_dir = ensure_engine_dir(cache_dir, "0.6b", ENGINE_TALKER_TYPE)
+    audio_s = args.frames * HOP / SAMPLE_RATE
+
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(args.threads)
+    configs = (
+        [("oneshot", 0, False)]
+        + [(f"stream_k{k}", k, False) for k in chunks]
+        + [("subprocess", 0, True)]
+    )
+    rows: dict[str, dict[str, Any]] = {}
+    loaded: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="kazeia-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        audio: dict[str, np.ndarray] = {}
+        for name, chunk, subproc in configs:
+            out = tmp / f"{name}.npy"
+            cmd = engine_row_cmd(args, model_dir, chunk, subproc, args.repeats, out)
+            start = time.monotonic()
+            row = run_json_child(cmd, f"engine {_label(name)}", env)
+            row["row_wall_s"] = time.monotonic() - start
+            audio[name] = np.load(out)
+            rows[name] = row
+            logger.info(
+                "%s: total %.2f s, RTF %.2f, first audio %.0f ms",
+                _label(name),
+                row["total_s"],
+                row["rtf"],
+                1e3 * row["ttfa_s"],
+            )
+        if args.load:
+            for name, chunk, subproc in configs:
+                out = tmp / f"{name}-loaded.npy"
+                cmd = engine_row_cmd(args, model_dir, chunk, subproc, args.load_repeats, out)
+                # A generous bound: 8x the unloaded row (which ran more syntheses), 60-600 s.
+                bound = min(LOAD_MAX_S, max(LOAD_MIN_S, 8.0 * rows[name]["row_wall_s"] + 30.0))
+                what = f"engine {_label(name)} beside {args.load_procs} {args.load_kind} processes"
+                try:
+                    with competing_load(args.load_procs, args.load_kind, bound) as info:
+                        row = run_json_child(cmd, what, env, timeout=bound)
+                except BenchError as err:
+                    logger.error("%s", err)
+                    loaded[name] = {"failed": str(err), "bound_s": bound}
+                    continue
+                row["load"] = info
+                audio[f"{name}-loaded"] = np.load(out)
+                loaded[name] = row
+                logger.info(
+                    "%s under load: total %.2f s (%.2fx), first audio %.0f ms",
+                    _label(name),
+                    row["total_s"],
+                    row["total_s"] / rows[name]["total_s"],
+                    1e3 * row["ttfa_s"],
+                )
+
+        ref = audio["oneshot"]
+        for table, suffix in ((rows, ""), (loaded, "-loaded")):
+            for name, row in table.items():
+                if "failed" in row:
+                    continue
+                diff = max_abs_diff(audio[name + suffix], ref)
+                row["audio_max_abs_diff_vs_oneshot"] = None if diff is None else int(diff)
+                row["audio_samples"] = int(audio[name + suffix].size)
+    machine["loadavg_at_end"] = loadavg()
+
+    for table in (rows, loaded):
+        ok_rows = {n: r for n, r in table.items() if "failed" not in r}
+        if "oneshot" in ok_rows:
+            for row in ok_rows.values():
+                row["vs_oneshot"] = row["total_s"] / ok_rows["oneshot"]["total_s"]
+    for name, row in loaded.items():
+        if "failed" not in row:
+            row["slowdown"] = row["total_s"] / rows[name]["total_s"]
+            row["ttfa_slowdown"] = row["ttfa_s"] / rows[name]["ttfa_s"]
+
+    stream_names = [n for n in rows if n.startswith("stream_k")]
+    targets: dict[str, Any] = {
+        "ttfa_ms_max": T["ttfa_ms"],
+        "ttfa_ok": {n: 1e3 * rows[n]["ttfa_s"] <= T["ttfa_ms"] for n in stream_names},
+        "stream_ratio_max": T["stream_ratio"],
+        "stream_ratio_ok": {n: rows[n]["vs_oneshot"] <= T["stream_ratio"] for n in stream_names},
+        "rtf_max": T["rtf"],
+        "rtf_ok": {n: r["rtf"] <= T["rtf"] for n, r in rows.items()},
+        "rss_mb_max": T["peak_rss_mb"],
+        "rss_ok": {n: r["engine_peak_rss_mb"] <= T["peak_rss_mb"] for n, r in rows.items()},
+        "slowdown_max": T["load_slowdown"],
+        "slowdown_ok": {
+            n: "failed" not in r and r["slowdown"] <= T["load_slowdown"] for n, r in loaded.items()
+        },
+    }
+    result = {
+        "bench": "engine",
+        "machine": machine,
+        "config": {
+            "model_dir": str(model_dir),
+            "talker": str((model_dir / "talker.gguf").resolve()),
+            "talker_mb": (model_dir / "talker.gguf").stat().st_size / 1e6,
+            "decoder": str((model_dir / "decoder.gguf").resolve()),
+            "decoder_mb": (model_dir / "decoder.gguf").stat().st_size / 1e6,
+            "threads": args.threads,
+            "decoder_threads": args.decoder_threads,
+            "frames": args.frames,
+            "audio_s": audio_s,
+            "repeats": args.repeats,
+            "load_repeats": args.load_repeats,
+            "chunks": chunks,
+            "text": args.text,
+            "speaker": args.speaker,
+            "language": args.language,
+            "seed": args.seed,
+            "load": args.load,
+            "load_procs": args.load_procs,
+            "load_kind": args.load_kind,
+        },
+        "rows": rows,
+        "loaded_rows": loaded,
+        "targets": targets,
+        "peers_measured_elsewhere": list(PEERS),
+    }
+    return print_result(result, engine_table, args.json)
+
+
+def _verdict(flags: dict[str, bool]) -> str:
+    """``ok`` when every flag holds, else ``MISSED`` and the rows that missed."""
+    bad = [_label(n) for n, good in flags.items() if not good]
+    return "ok" if not bad else f"MISSED ({', '.join(bad)})"
+
+
+def engine_table(result: dict[str, Any]) -> str:
+    """The markdown report of the ``engine`` bench."""
+    m, c, rows, loaded, tg = (
+        result["machine"],
+        result["config"],
+        result["rows"],
+        result["loaded_rows"],
+        result["targets"],
+    )
+
+    def label(name: str, row: dict[str, Any]) -> str:
+        text = _label(name)
+        if row["n_frames"] != c["frames"]:
+            text += f" ({row['n_frames']} frames!)"
+        return text
+
+    def peak(row: dict[str, Any]) -> str:
+        text = f"{row['peak_rss_mb']:.0f}"
+        if row["decoder_subprocess_peak_rss_mb"] > 0:
+            text += f" + {row['decoder_subprocess_peak_rss_mb']:.0f}"
+        return text
+
+    def cells(row: dict[str, Any]) -> str:
+        return (
+            f"| {row['decoder_s']:.2f} | {row['total_s']:.2f} | {row['rtf']:.2f} "
+            f"| {1e3 * row['ttfa_s']:.0f} ({1e3 * row['cold_ttfa_s']:.0f}) | {row['n_chunks']} "
+            f"| {row['talker_s']:.2f} | {row['predictor_s']:.2f} "
+            f"| {fmt(row.get('vs_oneshot'), '.3f', 'x')} | {peak(row)} "
+        )
+
+    lines = [
+        machine_line(m),
+        f"Engine: {c['model_dir']} (talker {c['talker_mb']:.0f} MB, decoder "
+        f"{c['decoder_mb']:.0f} MB); threads {c['threads']} + decoder {c['decoder_threads']}; "
+        f"{c['frames']} frames forced ({c['audio_s']:.2f} s of audio); speaker {c['speaker']}, "
+        f"{c['language']}, seed {c['seed']}; text {c['text']!r}; a warm-up synthesis, then "
+        f"{c['repeats']} timed per row (medians)",
+        "",
+        "| row | decoder s | total s | RTF | TTFA ms (cold) | chunks | talker s | predictor s "
+        "| total vs one-shot | peak RSS MB | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, row in rows.items():
+        target = []
+        if name in tg["ttfa_ok"]:
+            target.append(f"TTFA <= {T['ttfa_ms']:.0f}: {ok(tg['ttfa_ok'][name])}")
+            target.append(f"<= {T['stream_ratio']:.2f}x: {ok(tg['stream_ratio_ok'][name])}")
+        target.append(f"RTF <= {T['rtf']}: {ok(tg['rtf_ok'][name])}")
+        target.append(f"RSS <= {T['peak_rss_mb']:.0f}: {ok(tg['rss_ok'][name])}")
+        lines.append(f"| {label(name, row)} {cells(row)}| {'; '.join(target)} |")
+
+    if c["load"]:
+        lines += [
+            "",
+            f"Beside a competing load of {c['load_procs']} busy single-thread processes "
+            f"({c['load_kind']}), {c['load_repeats']} timed syntheses per row after the warm-up:",
+            "",
+            "| row | decoder s | total s | RTF | TTFA ms (cold) | chunks | talker s | predictor s "
+            "| total vs one-shot | peak RSS MB | slowdown total (TTFA) | load CPU share "
+            "| target |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for name, row in loaded.items():
+            if "failed" in row:
+                lines.append(
+                    f"| {_label(name)} | {row['failed']} | - | - | - | - | - | - | - | - "
+                    f"| > {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall) | - "
+                    f"| slowdown <= {T['load_slowdown']}x: MISSED |"
+                )
+                continue
+            share = row["load"].get("cpu_share")
+            lines.append(
+                f"| {label(name, row)} {cells(row)}"
+                f"| {row['slowdown']:.2f}x ({row['ttfa_slowdown']:.2f}x) "
+                f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
+                f"| slowdown <= {T['load_slowdown']}x: {ok(tg['slowdown_ok'][name])} |"
+            )
+
+    lines.append("")
+    all_rows = {_label(n): r for n, r in rows.items()}
+    all_rows.update({f"{_label(n)} loaded": r for n, r in loaded.items() if "failed" not in r})
+    lines.append(
+        "audio: "
+        + "; ".join(
+            f"{n}: {r['audio_samples']} samples, max |diff| vs one-shot "
+            f"{fmt(r['audio_max_abs_diff_vs_oneshot'], 'd')} LSB, same every run: "
+            f"{'yes' if r['same_audio_every_run'] else 'NO'}"
+            for n, r in all_rows.items()
+        )
+    )
+    lines.append(
+        "load s / RSS after load MB: "
+        + "; ".join(
+            f"{_label(n)}: {r['load_s']:.2f} / {r['rss_load_mb']:.0f}" for n, r in rows.items()
+        )
+    )
+    parts = [
+        f"first audio <= {T['ttfa_ms']:.0f} ms: {_verdict(tg['ttfa_ok'])}",
+        f"streaming total <= {T['stream_ratio']:.2f}x one-shot: {_verdict(tg['stream_ratio_ok'])}",
+        f"end-to-end RTF <= {T['rtf']}: {_verdict(tg['rtf_ok'])}",
+        f"peak RSS <= {T['peak_rss_mb']:.0f} MB at {ENGINE_TALKER_TYPE}: {_verdict(tg['rss_ok'])}",
+    ]
+    if c["load"]:
+        parts.append(
+            f"slowdown beside a {c['load_procs']}-process load <= {T['load_slowdown']}x: "
+            f"{_verdict(tg['slowdown_ok'])}"
+        )
+    lines.append("Targets (2-core AVX2 box): " + "; ".join(parts))
+    lines.append("Peers (DESIGN.md, measured elsewhere, not in this run): " + "; ".join(PEERS))
+    lines.append(
+        "decoder / talker / predictor s = the engine's metrics (decoder: time in push/decode, or "
+        "in the kazeia-decoder subprocess with its start and model load); total and TTFA (time "
+        "to the first audio chunk) = the engine's metrics too, from the start of the synthesis "
+        "(the caller's view from the synthesize() call is in --json: wall_s, "
+        "first_chunk_wall_s); RTF = total / audio s; (cold) = the process's first synthesis, "
+        "the warm-up; total vs one-shot = total / total of the "
+        "one-shot row of the same table; slowdown = total (TTFA) under load / without; load CPU "
+        "share = the mean fraction of a CPU each load process got; peak RSS = VmHWM of the "
+        "whole process (+ the peak of the kazeia-decoder subprocess); medians over the runs."
+    )
+    return "\n".join(lines)
+
+
+PEAK_RSS_WRAPPER = (
+    "import os, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[2:])\n"
+    "_, status, usage = os.wait4(p.pid, 0)\n"
+    "p.returncode = os.waitstatus_to_exitcode(status)\n"
+    "with open(sys.argv[1], 'a', encoding='ascii') as f:\n"
+    "    f.write(f'{usage.ru_maxrss}\\n')\n"
+    "sys.exit(p.returncode if p.returncode >= 0 else 1)\n"
+)
+
+
+def _synthesis_run(engine: Any, args: argparse.Namespace) -> tuple[dict[str, float], np.ndarray]:
+    """One synthesis, consumed as a caller would; returns (metrics, int16 audio)."""
+    t0 = time.perf_counter()
+    s = engine.synthesize(args.text, speaker=args.speaker, language=args.language)
+    chunks: list[np.ndarray] = []
+    t_first = None
+    for chunk in s:
+        if t_first is None:
+            t_first = time.perf_counter()
+        chunks.append(chunk)
+    wall = time.perf_counter() - t0
+    metrics: dict[str, float] = dict(s.metrics.as_dict())
+    metrics["wall_s"] = wall
+    metrics["first_chunk_wall_s"] = float("nan") if t_first is None else t_first - t0
+    audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+    return metrics, audio
+
+
+def child_engine(args: argparse.Namespace) -> dict[str, Any]:
+    """One engine configuration in this (fresh) process: load, a warm-up synthesis, time."""
+    from wyoming_kazeia.engine import Engine
+    from wyoming_kazeia.settings import EngineSettings
+
+    settings = EngineSettings(
+        threads=args.threads,
+        decoder_threads=args.decoder_threads,
+        stream_chunk=args.chunk,
+        decoder_subprocess=args.subprocess,
+        seed=args.seed,
+        max_frames=args.frames,
+    )
+    rss_start = status_mb("VmRSS")
+    start = time.perf_counter()
+    engine = Engine(args.model_dir, settings)
+    load_s = time.perf_counter() - start
+    rss_load = status_mb("VmRSS")
+
+    # The warm-up runs the kazeia-decoder subprocess under PEAK_RSS_WRAPPER (its peak RSS; not
+    # RUSAGE_CHILDREN of this process: Linux counts a forked child's pre-exec copy of the parent
+    # in it); the timed runs use the plain command.
+    decoder_peak_mb = 0.0
+    with tempfile.TemporaryDirectory(prefix="kazeia-bench-") as tmp:
+        peak_file = Path(tmp) / "peak_kb"
+        command = list(engine.decoder_command)
+        if args.subprocess:
+            engine.decoder_command = [
+                sys.executable,
+                "-c",
+                PEAK_RSS_WRAPPER,
+                str(peak_file),
+                *command,
+            ]
+        cold, _ = _synthesis_run(engine, args)
+        engine.decoder_command = command
+        if peak_file.is_file():
+            decoder_peak_mb = max(int(x) for x in peak_file.read_text().split()) / 1024.0
+    logger.info("warm-up: first audio %.0f ms, total %.2f s", 1e3 * cold["ttfa_s"], cold["total_s"])
+    runs: list[dict[str, float]] = []
+    audios: list[np.ndarray] = []
+    for i in range(args.repeats):
+        metrics, audio = _synthesis_run(engine, args)
+        runs.append(metrics)
+        audios.append(audio)
+        logger.info(
+            "run %d/%d: %d frames, %d chunks, first audio %.0f ms, total %.2f s (decoder %.2f, "
+            "talker %.2f, code predictor %.2f)",
+            i + 1,
+            args.repeats,
+            metrics["n_frames"],
+            metrics["n_chunks"],
+            1e3 * metrics["ttfa_s"],
+            metrics["total_s"],
+            metrics["decoder_s"],
+            metrics["talker_s"],
+            metrics["predictor_s"],
+        )
+    np.save(args.out, audios[-1])
+    result: dict[str, Any] = {
+        k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("n_frames", "rtf")
+    }
+    child_peak = decoder_peak_mb
+    peak = status_mb("VmHWM")
+    result.update(
+        rtf=result["total_s"] / result["audio_s"] if result["audio_s"] else float("nan"),
+        n_frames=min(int(r["n_frames"]) for r in runs),
+        n_chunks=int(result["n_chunks"]),
+        cold_ttfa_s=cold["ttfa_s"],
+        cold_total_s=cold["total_s"],
+        cold_first_chunk_wall_s=cold["first_chunk_wall_s"],
+        same_audio_every_run=all(
+            a.shape == audios[0].shape and bool(np.array_equal(a, audios[0])) for a in audios
+        ),
+        runs=runs,
+        chunk=args.chunk,
+        decoder_subprocess=args.subprocess,
+        threads=args.threads,
+        decoder_threads=args.decoder_threads,
+        load_s=load_s,
+        rss_start_mb=rss_start,
+        rss_load_mb=rss_load,
+        rss_end_mb=status_mb("VmRSS"),
+        peak_rss_mb=peak,
+        decoder_subprocess_peak_rss_mb=child_peak,
+        engine_peak_rss_mb=peak + child_peak,
+    )
+    return result

@@ -1,0 +1,299 @@
+// The product classes of wyoming_kazeia._native: SpeechDecoder, DecoderStream, Generator,
+// FrameIterator. The public Python API over them is wyoming_kazeia.native.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "kazeia/error.h"
+#include "kazeia/generator.h"
+#include "kazeia/speech_decoder.h"
+
+namespace kazeia::bindings {
+
+namespace {
+
+// Validates an integer array [T, n_q] and returns it as contiguous int32 codes.
+std::vector<int32_t> codes_from_array(const py::array &arr, const DecoderHParams &hp) {
+    const char kind = arr.dtype().kind();
+    if (kind != 'i' && kind != 'u')
+        throw InputError("codes must be an integer array, got dtype " +
+                         std::string(py::str(arr.dtype())));
+    if (arr.ndim() != 2 || arr.shape(1) != (py::ssize_t)hp.num_quantizers)
+        throw InputError("codes must have shape [T, " + std::to_string(hp.num_quantizers) +
+                         "], got " + std::string(py::str(arr.attr("shape"))));
+    if (arr.shape(0) < 1) throw InputError("codes must hold at least one frame");
+    auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    if (!wide) throw InputError("codes cannot be read as integers");
+    const int64_t *src = wide.data();
+    std::vector<int32_t> out(wide.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+        if (src[i] < 0 || src[i] >= (int64_t)hp.codebook_size)
+            throw InputError("code " + std::to_string(src[i]) + " at frame " +
+                             std::to_string(i / hp.num_quantizers) + ", codebook " +
+                             std::to_string(i % hp.num_quantizers) + " is outside 0.." +
+                             std::to_string(hp.codebook_size - 1));
+        out[i] = (int32_t)src[i];
+    }
+    return out;
+}
+
+// The int32 ids of a 1-D integer array (or sequence).
+std::vector<int32_t> ids_from(const py::array &arr) {
+    const char kind = arr.dtype().kind();
+    if ((kind != 'i' && kind != 'u') || arr.ndim() != 1)
+        throw InputError("input_ids must be a 1-D sequence of integers");
+    auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    std::vector<int32_t> out(wide.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+        const int64_t v = wide.data()[i];
+        if (v < 0 || v > INT32_MAX) throw InputError("input id " + std::to_string(v) + " is out of range");
+        out[i] = (int32_t)v;
+    }
+    return out;
+}
+
+GenerationOptions options_from(const std::string &speaker, const std::string &language,
+                               bool non_streaming, bool greedy, std::optional<uint64_t> seed,
+                               std::optional<float> temperature, std::optional<int> top_k,
+                               std::optional<float> top_p, std::optional<float> repetition_penalty,
+                               int max_frames) {
+    GenerationOptions o;
+    o.speaker = speaker;
+    o.language = language;
+    o.non_streaming = non_streaming;
+    o.greedy = greedy;
+    o.seed = seed;
+    o.temperature = temperature;
+    o.top_k = top_k;
+    o.top_p = top_p;
+    o.repetition_penalty = repetition_penalty;
+    o.max_frames = max_frames;
+    return o;
+}
+
+py::array_t<int32_t> frames_to_numpy(const std::vector<Frame> &frames) {
+    py::array_t<int32_t> out({(py::ssize_t)frames.size(), (py::ssize_t)16});
+    auto r = out.mutable_unchecked<2>();
+    for (size_t t = 0; t < frames.size(); ++t)
+        for (int g = 0; g < 16; ++g) r(t, g) = frames[t][g];
+    return out;
+}
+
+py::array_t<float> floats(const std::vector<float> &v, std::vector<py::ssize_t> shape) {
+    py::array_t<float> out(shape);
+    std::copy(v.begin(), v.end(), out.mutable_data());
+    return out;
+}
+
+// Python iterator over the frames of one generation; the native work runs without the GIL.
+class FrameIterator {
+  public:
+    FrameIterator(std::unique_ptr<GenerationSession> s) : session_(std::move(s)) {}
+    py::array_t<int32_t> next() {
+        if (!session_) throw py::stop_iteration();
+        std::optional<Frame> f;
+        {
+            py::gil_scoped_release release;
+            f = session_->next();
+        }
+        if (!f) {
+            stats_ = {session_->frames(), session_->talker_ms(), session_->predictor_ms(),
+                      session_->graph_setup_ms()};
+            session_.reset();  // frees the KV caches and threads now
+            throw py::stop_iteration();
+        }
+        py::array_t<int32_t> out(16);
+        std::copy(f->begin(), f->end(), out.mutable_data());
+        return out;
+    }
+    void close() { session_.reset(); }
+    py::dict stats() const {
+        py::dict d;
+        if (session_) {
+            d["frames"] = session_->frames();
+            d["talker_ms"] = session_->talker_ms();
+            d["predictor_ms"] = session_->predictor_ms();
+            d["graph_setup_ms"] = session_->graph_setup_ms();
+        } else {
+            d["frames"] = std::get<0>(stats_);
+            d["talker_ms"] = std::get<1>(stats_);
+            d["predictor_ms"] = std::get<2>(stats_);
+            d["graph_setup_ms"] = std::get<3>(stats_);
+        }
+        return d;
+    }
+
+  private:
+    std::unique_ptr<GenerationSession> session_;
+    std::tuple<int64_t, double, double, double> stats_{0, 0.0, 0.0, 0.0};
+};
+
+}  // namespace
+
+void def_engine(py::module_ &m) {
+
+    py::class_<DecoderStream>(m, "DecoderStream")
+        .def(
+            "push",
+            [](DecoderStream &s, const py::array &codes) {
+                std::vector<int32_t> c = codes_from_array(codes, s.hparams());
+                std::vector<float> wav;
+                {
+                    py::gil_scoped_release release;
+                    wav = s.push(c.data(), (int64_t)(c.size() / s.hparams().num_quantizers));
+                }
+                return to_numpy(std::move(wav));
+            },
+            py::arg("codes"))
+        .def("reset", &DecoderStream::reset, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("frames_pushed", &DecoderStream::frames_pushed);
+
+    py::class_<SpeechDecoder>(m, "SpeechDecoder")
+        .def(py::init<const std::string &, int, bool>(), py::arg("path"), py::arg("threads") = 2,
+             py::arg("polite") = false, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "decode",
+            [](const SpeechDecoder &dec, const py::array &codes) {
+                std::vector<int32_t> c = codes_from_array(codes, dec.hparams());
+                std::vector<float> wav;
+                {
+                    py::gil_scoped_release release;
+                    wav = dec.decode(c.data(), (int64_t)(c.size() / dec.hparams().num_quantizers));
+                }
+                return to_numpy(std::move(wav));
+            },
+            py::arg("codes"))
+        .def("stream", &SpeechDecoder::stream, py::keep_alive<0, 1>(),
+             py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly(
+            "hparams", [](const SpeechDecoder &d) { return meta_to_dict(decoder_meta_keys(), d.hparams()); })
+        .def_property_readonly("threads", &SpeechDecoder::n_threads)
+        .def_property_readonly("sample_rate",
+                               [](const SpeechDecoder &d) { return d.hparams().sample_rate; })
+        .def_property_readonly("hop_length",
+                               [](const SpeechDecoder &d) { return d.hparams().hop_length; })
+        .def_property_readonly("num_quantizers",
+                               [](const SpeechDecoder &d) { return d.hparams().num_quantizers; })
+        .def_property_readonly("codebook_size",
+                               [](const SpeechDecoder &d) { return d.hparams().codebook_size; });
+    py::class_<DecoderHParams>(m, "DecoderHParams")
+        .def_readonly("sample_rate", &DecoderHParams::sample_rate)
+        .def_readonly("hop_length", &DecoderHParams::hop_length)
+        .def_readonly("num_quantizers", &DecoderHParams::num_quantizers)
+        .def_readonly("codebook_size", &DecoderHParams::codebook_size)
+        .def_property_readonly(
+            "as_dict", [](const DecoderHParams &hp) { return meta_to_dict(decoder_meta_keys(), hp); });
+    m.def("read_decoder_hparams", &read_decoder_hparams, py::arg("path"),
+          py::call_guard<py::gil_scoped_release>(),
+          "The facts of a decoder GGUF (sample rate, hop, codebooks), checked as a load checks the "
+          "file, without reading its weights (ModelError otherwise).");
+    m.attr("DECODER_MAX_CHUNK_FRAMES") = DECODER_MAX_CHUNK_FRAMES;
+    m.attr("PROMPT_ROLE_TOKENS") = PROMPT_ROLE_TOKENS;
+    m.attr("PROMPT_TRAILER_TOKENS") = PROMPT_TRAILER_TOKENS;
+
+    py::class_<FrameIterator>(m, "FrameIterator")
+        .def("__iter__", [](FrameIterator &it) -> FrameIterator & { return it; })
+        .def("__next__", &FrameIterator::next)
+        .def("close", &FrameIterator::close)
+        .def_property_readonly("stats", &FrameIterator::stats);
+
+    py::class_<Generator>(m, "Generator")
+        .def(py::init<const std::string &, int, bool>(), py::arg("path"), py::arg("threads") = 2,
+             py::arg("polite") = false, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "frames",
+            [](const Generator &g, const py::array &input_ids, const std::string &speaker,
+               const std::string &language, bool non_streaming, bool greedy,
+               std::optional<uint64_t> seed, std::optional<float> temperature,
+               std::optional<int> top_k, std::optional<float> top_p,
+               std::optional<float> repetition_penalty, int max_frames) {
+                auto ids = ids_from(input_ids);
+                auto o = options_from(speaker, language, non_streaming, greedy, seed, temperature,
+                                      top_k, top_p, repetition_penalty, max_frames);
+                std::unique_ptr<GenerationSession> s;
+                {
+                    py::gil_scoped_release release;
+                    s = g.start(ids, o);
+                }
+                return FrameIterator(std::move(s));
+            },
+            py::keep_alive<0, 1>(), py::arg("input_ids"), py::arg("speaker"),
+            py::arg("language") = "auto", py::arg("non_streaming") = false,
+            py::arg("greedy") = false, py::arg("seed") = py::none(),
+            py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
+            py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
+            py::arg("max_frames") = 2048)
+        .def(
+            "generate",
+            [](const Generator &g, const py::array &input_ids, const std::string &speaker,
+               const std::string &language, bool non_streaming, bool greedy,
+               std::optional<uint64_t> seed, std::optional<float> temperature,
+               std::optional<int> top_k, std::optional<float> top_p,
+               std::optional<float> repetition_penalty, int max_frames) {
+                auto ids = ids_from(input_ids);
+                auto o = options_from(speaker, language, non_streaming, greedy, seed, temperature,
+                                      top_k, top_p, repetition_penalty, max_frames);
+                std::vector<Frame> frames;
+                {
+                    py::gil_scoped_release release;
+                    auto s = g.start(ids, o);
+                    while (auto f = s->next()) frames.push_back(*f);
+                }
+                return frames_to_numpy(frames);
+            },
+            py::arg("input_ids"), py::arg("speaker"), py::arg("language") = "auto",
+            py::arg("non_streaming") = false, py::arg("greedy") = false,
+            py::arg("seed") = py::none(), py::arg("temperature") = py::none(),
+            py::arg("top_k") = py::none(), py::arg("top_p") = py::none(),
+            py::arg("repetition_penalty") = py::none(), py::arg("max_frames") = 2048,
+            "All frames at once: int32 [T, 16] (T < max_frames when eos came first).")
+        .def(
+            "trace",
+            [](const Generator &g, const py::array &input_ids, const std::string &speaker,
+               const std::string &language, bool non_streaming, int max_frames, int kv_block) {
+                auto ids = ids_from(input_ids);
+                auto o = options_from(speaker, language, non_streaming, true, 0, std::nullopt,
+                                      std::nullopt, std::nullopt, 1.0f, max_frames);
+                o.kv_block = kv_block;
+                GenerationTrace trace;
+                std::vector<Frame> frames;
+                {
+                    py::gil_scoped_release release;
+                    auto s = g.start(ids, o, &trace);
+                    while (auto f = s->next()) frames.push_back(*f);
+                }
+                const py::ssize_t d = trace.hidden, vocab = g.hparams().talker.vocab_size,
+                                  cpv = g.hparams().predictor.vocab_size;
+                py::dict out;
+                out["codes"] = frames_to_numpy(frames);
+                out["prefill_embeds"] = floats(trace.prefill_embeds, {(py::ssize_t)trace.prefill_embeds.size() / d, d});
+                out["step_embeds"] = floats(trace.step_embeds, {(py::ssize_t)trace.step_embeds.size() / d, d});
+                out["talker_logits"] = floats(trace.talker_logits, {(py::ssize_t)trace.talker_logits.size() / vocab, vocab});
+                out["talker_hidden"] = floats(trace.talker_hidden, {(py::ssize_t)trace.talker_hidden.size() / d, d});
+                out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (15 * cpv), 15, cpv});
+                return out;
+            },
+            py::arg("input_ids"), py::arg("speaker"), py::arg("language") = "auto",
+            py::arg("non_streaming") = false, py::arg("max_frames") = 2048,
+            py::arg("kv_block") = 256,
+            "Greedy generation (repetition penalty 1) recording every intermediate the official "
+            "reference pins down. kv_block: talker cache growth step (tests).")
+        .def(
+            "text_tokens",
+            [](const Generator &g, const py::array &input_ids) { return g.text_tokens(ids_from(input_ids)); },
+            py::arg("input_ids"),
+            "The number of text tokens of a tokenized assistant prompt (ValueError unless it is one).")
+        .def_property_readonly("hparams", [](const Generator &g) { return meta_to_dict(talker_meta_keys(), g.hparams()); })
+        .def_property_readonly("threads", &Generator::n_threads)
+        .def_property_readonly("speakers", [](const Generator &g) { return g.hparams().speaker_names; })
+        .def_property_readonly("languages", [](const Generator &g) { return g.hparams().language_names; });
+
+}
+
+}  // namespace kazeia::bindings

@@ -1,0 +1,185 @@
+// The converter's audience (wyoming_kazeia._native.formats): every model part's format table
+// (arch.h) and ggml's quantization. wyoming_kazeia.convert writes files from these tables,
+// the loaders check files against them.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "kazeia/decoder_arch.h"
+#include "kazeia/error.h"
+#include "kazeia/talker_arch.h"
+
+#include "ggml.h"
+
+namespace kazeia::bindings {
+
+namespace {
+
+const char *name_of(MetaType t) {
+    switch (t) {
+    case MetaType::U32: return "u32";
+    case MetaType::F32: return "f32";
+    case MetaType::U32_ARRAY: return "u32_array";
+    case MetaType::STR_U32_MAP: return "str_u32_map";
+    case MetaType::STR_STR_MAP: return "str_str_map";
+    }
+    return "?";
+}
+
+const char *name_of(Transform t) {
+    switch (t) {
+    case Transform::COPY: return "copy";
+    case Transform::CONV: return "conv";
+    case Transform::TRANS_CONV: return "trans_conv";
+    case Transform::DEPTHWISE: return "depthwise";
+    case Transform::CODEBOOK: return "codebook";
+    case Transform::EXP: return "exp";
+    case Transform::INV_EXP: return "inv_exp";
+    case Transform::STACK: return "stack";
+    case Transform::CONCAT: return "concat";
+    }
+    return "?";
+}
+
+const char *name_of(Storage s) {
+    switch (s) {
+    case Storage::F32: return "f32";
+    case Storage::F16_WHEN_QUANTIZED: return "f16_when_quantized";
+    case Storage::QUANTIZABLE: return "quantizable";
+    }
+    return "?";
+}
+
+// The hyper-parameters that shape a part's tensors, from {GGUF key: value}; the maps (speaker
+// and language tables) shape nothing and are skipped.
+template <class H> H meta_from_dict(const std::vector<MetaKey<H>> &keys, const py::dict &d) {
+    H hp;
+    for (const MetaKey<H> &k : keys) {
+        if (k.type == MetaType::STR_U32_MAP || k.type == MetaType::STR_STR_MAP) continue;
+        if (!d.contains(k.key.c_str())) throw InputError("missing hyper-parameter " + k.key);
+        py::handle v = d[k.key.c_str()];
+        if (k.type == MetaType::U32) k.u32(hp) = v.cast<uint32_t>();
+        else if (k.type == MetaType::F32) k.f32(hp) = v.cast<float>();
+        else k.u32_array(hp) = v.cast<std::vector<uint32_t>>();
+    }
+    return hp;
+}
+
+// One part of the format: its description, its key table and its tensor table from
+// hyper-parameters (functions: no Python object may outlive the interpreter in a static).
+struct Part {
+    const PartInfo &info;
+    std::function<py::list()> meta_keys;
+    std::function<std::vector<TensorSpec>(const py::dict &)> tensor_specs;
+};
+
+template <class H> py::list meta_key_list(const std::vector<MetaKey<H>> &keys) {
+    py::list out;
+    for (const MetaKey<H> &k : keys) {
+        py::dict e;
+        e["key"] = k.key;
+        e["type"] = name_of(k.type);
+        e["source"] = k.source.empty() ? py::object(py::none()) : py::object(py::str(k.source));
+        e["constant"] = k.constant;
+        out.append(e);
+    }
+    return out;
+}
+
+const std::vector<Part> &all_parts() {
+    static const std::vector<Part> parts = {
+        {decoder_part(), [] { return meta_key_list(decoder_meta_keys()); },
+         [](const py::dict &d) { return decoder_tensor_specs(meta_from_dict(decoder_meta_keys(), d)); }},
+        {talker_part(), [] { return meta_key_list(talker_meta_keys()); },
+         [](const py::dict &d) { return talker_tensor_specs(meta_from_dict(talker_meta_keys(), d)); }},
+    };
+    return parts;
+}
+
+const Part &part_named(const std::string &name) {
+    for (const Part &p : all_parts())
+        if (name == p.info.name) return p;
+    throw InputError("unknown model part '" + name + "'");
+}
+
+}  // namespace
+
+void def_formats(py::module_ &m) {
+    m.def(
+        "parts",
+        []() {
+            py::list out;
+            for (const Part &p : all_parts()) {
+                py::dict d;
+                d["name"] = p.info.name;
+                d["file"] = p.info.file;
+                d["arch"] = p.info.arch;
+                d["format_version_key"] = p.info.format_version_key;
+                d["format_version"] = p.info.format_version;
+                d["weights_dir"] = p.info.weights_dir;
+                d["unused_sources"] = p.info.unused_sources;
+                d["meta_keys"] = p.meta_keys();
+                out.append(d);
+            }
+            return out;
+        },
+        "Every model part of the format, in conversion order: file, kind (general.architecture), "
+        "format version, checkpoint folder of its weights, the checkpoint tensors it leaves out, "
+        "and its metadata keys (key, type, source 'FILE:dotted.path' or None, constant).");
+    m.def(
+        "tensor_specs",
+        [](const std::string &part, const py::dict &hparams) {
+            py::list out;
+            for (const TensorSpec &s : part_named(part).tensor_specs(hparams)) {
+                py::dict e;
+                e["name"] = s.name;
+                e["ne"] = s.ne;
+                e["sources"] = s.sources;
+                e["transform"] = name_of(s.transform);
+                e["storage"] = name_of(s.storage);
+                e["stride"] = s.stride;
+                out.append(e);
+            }
+            return out;
+        },
+        py::arg("part"), py::arg("hparams"),
+        "Every tensor of a part's GGUF for these hyper-parameters ({GGUF key: value}), in file "
+        "order: name, ggml shape, checkpoint sources, transform, storage rule, stride.");
+    m.def(
+        "quantize",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast> &data,
+           const std::string &type) {
+            ggml_type t;
+            if (type == "q8_0") t = GGML_TYPE_Q8_0;
+            else if (type == "q4_k") t = GGML_TYPE_Q4_K;
+            else if (type == "f16") t = GGML_TYPE_F16;
+            else throw InputError("quantize: type must be q8_0, q4_k or f16");
+            if (data.ndim() < 1) throw InputError("quantize: need at least one dimension");
+            const int64_t row = data.shape(data.ndim() - 1), rows = data.size() / std::max<int64_t>(row, 1);
+            if (row % ggml_blck_size(t)) throw InputError("quantize: row length not a multiple of the block size");
+            py::bytes out;
+            std::string buf(ggml_row_size(t, row) * rows, '\0');
+            {
+                py::gil_scoped_release release;
+                ggml_quantize_chunk(t, data.data(), buf.data(), 0, rows, row, nullptr);
+            }
+            return py::bytes(buf);
+        },
+        py::arg("data"), py::arg("type"), "ggml quantization of f32 rows (last dimension).");
+    m.def(
+        "quant_block_size", [](const std::string &type) -> int64_t {
+            if (type == "q8_0") return ggml_blck_size(GGML_TYPE_Q8_0);
+            if (type == "q4_k") return ggml_blck_size(GGML_TYPE_Q4_K);
+            return 1;
+        },
+        py::arg("type"));
+
+}
+
+}  // namespace kazeia::bindings

@@ -1,0 +1,47 @@
+// pybind11 module wyoming_kazeia._native, grouped by audience: the product classes in the
+// module itself, the converter's format tables in _native.formats, test hooks and bench probes
+// in _native.testing. The product's Python goes through wyoming_kazeia.native.
+#include <exception>
+
+#include "common.h"
+#include "kazeia/error.h"
+
+namespace py = pybind11;
+
+namespace kazeia::bindings {
+
+py::array_t<float> to_numpy(std::vector<float> &&v) {
+    auto *owner = new std::vector<float>(std::move(v));
+    py::capsule free_when_done(owner, [](void *p) { delete static_cast<std::vector<float> *>(p); });
+    return py::array_t<float>({(py::ssize_t)owner->size()}, {sizeof(float)}, owner->data(),
+                              free_when_done);
+}
+
+}  // namespace kazeia::bindings
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "Kazeia TTS native engine (ggml)";
+    // The native errors are raised as the package's own error classes (wyoming_kazeia.errors):
+    // one family for every error, in C++ or Python.
+    py::module_ errors = py::module_::import("wyoming_kazeia.errors");
+    // Kept for the life of the process: the translator below runs at any later time.
+    static PyObject *model_error = py::object(errors.attr("ModelError")).release().ptr();
+    static PyObject *input_error = py::object(errors.attr("InputError")).release().ptr();
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const kazeia::ModelError &e) {
+            PyErr_SetString(model_error, e.what());
+        } catch (const kazeia::InputError &e) {
+            PyErr_SetString(input_error, e.what());
+        }
+    });
+    m.attr("ModelError") = errors.attr("ModelError");
+    m.attr("InputError") = errors.attr("InputError");
+
+    kazeia::bindings::def_engine(m);
+    py::module_ formats = m.def_submodule("formats", "Format tables of the model parts (converter)");
+    kazeia::bindings::def_formats(formats);
+    py::module_ testing = m.def_submodule("testing", "Test hooks and bench probes");
+    kazeia::bindings::def_testing(testing);
+}

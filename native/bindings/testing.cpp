@@ -1,0 +1,140 @@
+// Test hooks and bench probes (wyoming_kazeia._native.testing): single kernels and the
+// sampler run on given inputs, so that tests can hold them against numpy, and the read
+// bandwidth probe of the decoder bench. Nothing of the product calls these.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+#include "kazeia/error.h"
+#include "src/ggml_raii.h"
+#include "src/ops.h"
+#include "src/sampler.h"
+#include "src/worker_pool.h"
+
+#include "ggml.h"
+
+namespace kazeia::bindings {
+
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// Runs the decoder's attention op once on a 2-thread pool (for tests against numpy).
+py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k,
+                                        const FloatArray &v, const FloatArray &mask,
+                                        int64_t n_kv_heads, float scale) {
+    if (q.ndim() != 3 || k.ndim() != 2 || v.ndim() != 2 || mask.ndim() != 2)
+        throw InputError("q must be [n, heads, head_dim]; k, v [n_kv, kv_dim]; mask [n, n_kv]");
+    const int64_t n = q.shape(0), nh = q.shape(1), hd = q.shape(2), n_kv = k.shape(0);
+    if (n_kv_heads < 1 || nh % n_kv_heads || k.shape(1) != hd * n_kv_heads ||
+        v.shape(0) != n_kv || v.shape(1) != k.shape(1) || mask.shape(0) != n ||
+        mask.shape(1) != n_kv)
+        throw InputError("window_attention: inconsistent shapes");
+    const size_t bytes = (q.size() + k.size() + v.size() + mask.size() + n * nh * hd) * 4;
+    ggml_init_params params = {bytes + 16 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr,
+                               false};
+    GgmlContextPtr ctx(ggml_init(params));
+    auto tensor = [&](const FloatArray &a, int64_t ne0, int64_t ne1, int64_t ne2) {
+        ggml_tensor *t = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, ne0, ne1, ne2);
+        std::memcpy(t->data, a.data(), ggml_nbytes(t));
+        return t;
+    };
+    WorkerPool pool(2);
+    const AttentionParams p{n_kv_heads, scale, &pool};
+    ggml_tensor *out = window_attention(ctx.get(), tensor(q, hd, nh, n), tensor(k, k.shape(1), n_kv, 1),
+                                        tensor(v, v.shape(1), n_kv, 1), tensor(mask, n_kv, n, 1), &p);
+    ggml_cgraph *gf = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(gf, out);
+    if (ggml_graph_compute_with_ctx(ctx.get(), gf, 1) != GGML_STATUS_SUCCESS)
+        throw std::runtime_error("window_attention: graph computation failed");
+    py::array_t<float> result({n, nh * hd});
+    std::memcpy(result.mutable_data(), out->data, ggml_nbytes(out));
+    return result;
+}
+
+
+// Memory read bandwidth in GB/s: `threads` threads sum a `megabytes` buffer (median of 5
+// passes). The decoder bench sets it beside the weight bytes a streamed frame must read.
+double read_bandwidth(int64_t megabytes, int threads) {
+    if (megabytes < 1 || threads < 1 || threads > 512)
+        throw InputError("read_bandwidth: megabytes >= 1 and threads in 1..512");
+    const int64_t n_words = megabytes * (1 << 20) / 8;
+    std::vector<uint64_t> data(n_words, 1);
+    WorkerPool pool(threads);
+    const int64_t n_tasks = 4 * threads, per_task = (n_words + n_tasks - 1) / n_tasks;
+    std::vector<uint64_t> sums(n_tasks);
+    std::vector<double> gbs;
+    for (int pass = 0; pass < 5; ++pass) {
+        const auto start = std::chrono::steady_clock::now();
+        pool.run(n_tasks, [&](int64_t t) {
+            uint64_t a = 0, b = 0, c = 0, d = 0;  // independent chains: the loop vectorizes
+            const int64_t end = std::min(n_words, (t + 1) * per_task);
+            int64_t i = t * per_task;
+            for (; i + 4 <= end; i += 4) {
+                a += data[i];
+                b += data[i + 1];
+                c += data[i + 2];
+                d += data[i + 3];
+            }
+            for (; i < end; ++i) a += data[i];
+            sums[t] = a + b + c + d;
+        });
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        gbs.push_back(8.0 * n_words / s / 1e9);
+    }
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    if (total != (uint64_t)n_words) throw std::runtime_error("read_bandwidth: wrong sum");
+    std::sort(gbs.begin(), gbs.end());
+    return gbs[gbs.size() / 2];
+}
+
+}  // namespace
+
+void def_testing(py::module_ &m) {
+    m.def(
+        "sin_squared",
+        [](py::array_t<float, py::array::c_style | py::array::forcecast> x) {
+            py::array_t<float> y(x.size());
+            sin_squared(x.data(), y.mutable_data(), x.size());
+            return y;
+        },
+        py::arg("x"), "sin(x)^2 as the SnakeBeta kernel computes it (1-D float32 array).");
+    m.def("read_bandwidth", &read_bandwidth, py::arg("megabytes") = 256, py::arg("threads") = 2,
+          "Memory read bandwidth in GB/s (median of 5 passes over a buffer of that size).");
+    m.def("window_attention", &run_window_attention, py::arg("q"), py::arg("k"), py::arg("v"),
+          py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"),
+          "The decoder's attention op: q [n, heads, head_dim], k and v [n_kv, kv_heads * "
+          "head_dim], mask [n, n_kv] (0 or -inf) -> [n, heads * head_dim].");
+
+    m.def(
+        "select_token",
+        [](const py::array_t<float, py::array::c_style | py::array::forcecast> &logits,
+           const std::vector<int32_t> &history, float repetition_penalty, int64_t suppress_begin,
+           int64_t suppress_end, int64_t keep, bool greedy, float temperature, int top_k,
+           float top_p, uint64_t seed, int n) {
+            std::vector<int32_t> picks;
+            Rng rng(seed);
+            std::vector<float> x, scratch;
+            for (int i = 0; i < n; ++i) {
+                x.assign(logits.data(), logits.data() + logits.size());
+                apply_repetition_penalty(x.data(), (int64_t)x.size(), history, repetition_penalty);
+                suppress_range(x.data(), (int64_t)x.size(), suppress_begin, suppress_end, keep);
+                picks.push_back(select_token(x.data(), (int64_t)x.size(),
+                                             SamplingParams{greedy, temperature, top_k, top_p}, rng, scratch));
+            }
+            return picks;
+        },
+        py::arg("logits"), py::arg("history"), py::arg("repetition_penalty"),
+        py::arg("suppress_begin"), py::arg("suppress_end"), py::arg("keep"), py::arg("greedy"),
+        py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("n"),
+        "The talker's token processors and sampler on given logits, n draws (tests).");
+}
+
+}  // namespace kazeia::bindings

@@ -1,0 +1,68 @@
+"""The one error family of Kazeia TTS.
+
+Every error the package raises on purpose is a `KazeiaError`, so a command line catches one base
+and prints its one-line message. Each class also derives from the builtin that says what kind of
+failure it is (`ValueError` for bad input, `RuntimeError` for a failed computation, ...), so
+callers that catch those keep working.
+
+    KazeiaError
+    ├── ModelError          a model file or folder that cannot be used (native errors too)
+    ├── InputError          an engine input rejected by the native engine (shape, range, id)
+    ├── ConversionError     a checkpoint the converter cannot read or serve
+    ├── ModelNotFoundError  --model names nothing that can be found or downloaded
+    ├── TokenizerError      tokenizer files missing or unreadable
+    ├── SettingsError       an invalid setting
+    ├── VoiceError          an unknown voice, speaker or language
+    ├── EngineError         a synthesis failed (the engine stays usable)
+    ├── ServiceBusyError    the queue in front of the engine is full
+    └── ProtocolError       a malformed Wyoming event (answered, then the connection closes)
+
+The native extension raises `ModelError` and `InputError` from these very classes (its bindings
+import this module), so a C++ error reaches Python already in the family.
+"""
+
+from __future__ import annotations
+
+
+class KazeiaError(Exception):
+    """Base of every error Kazeia TTS raises on purpose."""
+
+
+class ModelError(KazeiaError, RuntimeError):
+    """A model file that cannot be used: missing, corrupt, truncated or of the wrong kind."""
+
+
+class InputError(KazeiaError, ValueError):
+    """An input the engine rejects (shape, dtype, range, unknown speaker or language)."""
+
+
+class ConversionError(KazeiaError, ValueError):
+    """A checkpoint that cannot be converted."""
+
+
+class ModelNotFoundError(KazeiaError, FileNotFoundError):
+    """--model names no converted model, checkpoint or downloadable repo."""
+
+
+class TokenizerError(KazeiaError, ValueError):
+    """Tokenizer files that are missing or cannot be read."""
+
+
+class SettingsError(KazeiaError, ValueError):
+    """An invalid setting; the message names it and its allowed values."""
+
+
+class VoiceError(KazeiaError, ValueError):
+    """An unknown voice, speaker or language; the message lists the valid ones."""
+
+
+class EngineError(KazeiaError, RuntimeError):
+    """A synthesis failed (e.g. the decoder subprocess crashed); the engine stays usable."""
+
+
+class ServiceBusyError(KazeiaError, RuntimeError):
+    """The queue in front of the engine is full."""
+
+
+class ProtocolError(KazeiaError, ValueError):
+    """Malformed input: answered with an `error`, then the connection is closed."""
