@@ -72,3 +72,48 @@ def test_native_files_are_bundled() -> None:
         ggml = [n for n in names if "ggml" in n]
         assert ggml, path.name
         assert all(n.startswith("libkazeia-ggml") for n in ggml), (path.name, ggml)
+
+
+def _imported_modules(source: str) -> set[str]:
+    """Top-level names of every module a Python source imports (absolute imports)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_built_wheel_holds_only_the_product(tmp_path: Path) -> None:
+    """The wheel (what pip and the Docker image install) is the product alone: the package
+    with its native files, no developer tooling, nothing that imports torch or kazeia_dev."""
+    import os
+    import zipfile
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path), str(repo)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = tmp_path.glob("wyoming_kazeia-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        sources = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
+    assert {n.split("/")[0] for n in names} == {
+        "wyoming_kazeia",
+        wheel.name.split("-py3")[0].split("-cp")[0] + ".dist-info",
+    }
+    assert not [n for n in names if "/dev/" in n or "kazeia_dev" in n or "bench" in n]
+    assert "wyoming_kazeia/native.py" in sources and "wyoming_kazeia/__main__.py" in sources
+    for name, source in sources.items():
+        imported = _imported_modules(source)
+        assert not imported & {"torch", "kazeia_dev", "transformers", "safetensors"}, name

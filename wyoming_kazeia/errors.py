@@ -17,8 +17,8 @@ callers that catch those keep working.
     ├── ServiceBusyError    the queue in front of the engine is full
     └── ProtocolError       a malformed Wyoming event (answered, then the connection closes)
 
-The native extension raises `ModelError` and `InputError` from these very classes (its bindings
-import this module), so a C++ error reaches Python already in the family.
+The native extension raises `ModelError` and `InputError` as these very classes (its module
+initialisation looks them up here), so a C++ error reaches Python already in the family.
 """
 
 from __future__ import annotations

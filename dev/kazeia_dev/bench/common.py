@@ -21,10 +21,6 @@ import numpy as np
 
 logger = logging.getLogger("bench")
 
-SAMPLE_RATE = 24000
-HOP = 1920  # samples per 80 ms frame
-NUM_QUANTIZERS = 16
-CODEBOOK_SIZE = 2048
 WARMUP_FRAMES = 4
 
 
@@ -254,6 +250,25 @@ def run_json_child(
         raise BenchError(f"{what}: child process failed with exit status {proc.returncode}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def decoder_facts(path: Path) -> dict[str, Any]:
+    """The speech decoder's hyper-parameters ({GGUF key: value}) of a decoder.gguf, a converted
+    model folder, or a checkpoint (through the converter's table): sample rate, hop, codebooks
+    always come from the model."""
+    from wyoming_kazeia.convert import part_metadata
+    from wyoming_kazeia.native import read_decoder_hparams
+
+    if path.is_dir() and (path / "decoder.gguf").is_file():
+        path = path / "decoder.gguf"
+    if path.is_file():
+        return read_decoder_hparams(str(path)).as_dict
+    return {key: value for key, value, _ in part_metadata("decoder", path)}
+
+
+def frame_seconds(facts: dict[str, Any]) -> float:
+    """Seconds of audio per frame (80 ms for the 12 Hz models)."""
+    return float(facts["kazeia.decoder.hop_length"] / facts["kazeia.decoder.sample_rate"])
 
 
 def ok(flag: bool) -> str:

@@ -17,17 +17,15 @@ import numpy as np
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
     CHILD_BOOT,
-    CODEBOOK_SIZE,
-    HOP,
-    NUM_QUANTIZERS,
     OFFICIAL_SCRIPT,
-    SAMPLE_RATE,
     WARMUP_FRAMES,
     BenchError,
     add_official_args,
+    decoder_facts,
     default_cache_dir,
     ensure_model,
     fmt,
+    frame_seconds,
     loadavg,
     logger,
     machine_info,
@@ -151,9 +149,11 @@ def bench_decoder(args: argparse.Namespace) -> int:
         raise BenchError(f"{gguf} not found")
 
     frames = args.frames
-    audio_s = frames * HOP / SAMPLE_RATE
+    facts = decoder_facts(gguf)
+    audio_s = frames * frame_seconds(facts)
     rng = np.random.default_rng(args.seed)
-    codes = rng.integers(0, CODEBOOK_SIZE, size=(frames, NUM_QUANTIZERS), dtype=np.int64)
+    shape = (frames, facts["kazeia.decoder.num_quantizers"])
+    codes = rng.integers(0, facts["kazeia.decoder.codebook_size"], size=shape, dtype=np.int64)
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = str(args.threads)

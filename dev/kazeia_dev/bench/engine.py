@@ -19,18 +19,20 @@ from typing import Any
 
 import numpy as np
 
+from wyoming_kazeia.settings import EngineSettings
+
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
     CHILD_BOOT,
     GEN_SENTENCE,
-    HOP,
-    SAMPLE_RATE,
     BenchError,
+    decoder_facts,
     default_cache_dir,
     ensure_checkpoint,
     ensure_decoder,
     ensure_talker,
     fmt,
+    frame_seconds,
     loadavg,
     logger,
     machine_info,
@@ -293,8 +295,9 @@ def bench_engine(args: argparse.Namespace) -> int:
     if args.frames < 1 or args.load_procs < 1:
         raise BenchError("--frames and --load-procs must be >= 1")
     chunks = parse_chunks(args.chunks)
-    if max(chunks) > 64:
-        raise BenchError("--chunks: stream_chunk is at most 64")
+    most = EngineSettings.bounds("stream_chunk").high
+    if most is not None and max(chunks) > most:
+        raise BenchError(f"--chunks: stream_chunk is at most {most:g}")
     machine = machine_info()
     warn_if_busy(machine)
     cache_dir = args.cache_dir or default_cache_dir()
@@ -305,7 +308,7 @@ def bench_engine(args: argparse.Namespace) -> int:
             raise BenchError(f"{model_dir} lacks {', '.join(missing)}")
     else:
         model_dir = ensure_engine_dir(cache_dir, "0.6b", ENGINE_TALKER_TYPE)
-    audio_s = args.frames * HOP / SAMPLE_RATE
+    audio_s = args.frames * frame_seconds(decoder_facts(model_dir))
 
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

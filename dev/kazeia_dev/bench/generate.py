@@ -12,18 +12,20 @@ from typing import Any
 
 import numpy as np
 
+from wyoming_kazeia.native import PROMPT_ROLE_TOKENS, PROMPT_TRAILER_TOKENS
+
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
     CHILD_BOOT,
     GEN_SENTENCE,
-    HOP,
     REFERENCE_KIT,
-    SAMPLE_RATE,
     WARMUP_FRAMES,
     BenchError,
     add_official_args,
+    decoder_facts,
     default_cache_dir,
     ensure_talker,
+    frame_seconds,
     loadavg,
     logger,
     machine_info,
@@ -39,7 +41,6 @@ from .targets import PEER_NOTES, TARGETS
 T = TARGETS["generate"]  # this bench's targets
 PEERS = PEER_NOTES["generate"]
 GEN_TYPES = ("f32", "q8_0", "q4_k")
-FRAME_MS = 1000.0 * HOP / SAMPLE_RATE  # 80 ms of audio per frame
 # The assistant prompt of GEN_SENTENCE with the real Qwen2 BPE ids (make_reference's default
 # input): used when the checkpoint's tokenizer cannot be loaded.
 FALLBACK_PROMPT_IDS = [
@@ -124,7 +125,9 @@ def prompt_ids(tokenizer_dir: Path | None, text: str) -> tuple[list[int], str]:
         except Exception as err:  # any failure: the fixed ids still make a valid prompt
             logger.warning("tokenizer of %s failed (%s): using fixed ids", tokenizer_dir, err)
         else:
-            if ids[:3] == FALLBACK_PROMPT_IDS[:3] and ids[-5:] == FALLBACK_PROMPT_IDS[-5:]:
+            role, trailer = PROMPT_ROLE_TOKENS, PROMPT_TRAILER_TOKENS
+            fixed = FALLBACK_PROMPT_IDS
+            if ids[:role] == fixed[:role] and ids[-trailer:] == fixed[-trailer:]:
                 return ids, f"tokenizer of {tokenizer_dir}"
             logger.warning("unexpected prompt ids from %s: using fixed ids", tokenizer_dir)
     if text != GEN_SENTENCE:
@@ -155,6 +158,12 @@ def bench_generate(args: argparse.Namespace) -> int:
     for gguf in talkers.values():
         if not gguf.is_file():
             raise BenchError(f"{gguf} not found")
+    # The decoder of the same model says how long a frame is.
+    has_decoder = args.model_dir is not None and (args.model_dir / "decoder.gguf").is_file()
+    facts_source = args.model_dir if has_decoder else checkpoint
+    if facts_source is None:
+        raise BenchError("--model-dir has no decoder.gguf: give --checkpoint for its frame rate")
+    frame_ms = 1e3 * frame_seconds(decoder_facts(facts_source))
     ids, ids_source = prompt_ids(tokenizer_dir, args.text)
     logger.info("prompt: %d token ids (%s)", len(ids), ids_source)
 
@@ -189,7 +198,7 @@ def bench_generate(args: argparse.Namespace) -> int:
         row = run_json_child(cmd, f"generate {name}", env)
         row["talker_file"] = str(gguf)
         row["talker_mb"] = gguf.stat().st_size / 1e6
-        row["rtf"] = row["total_ms_per_frame"] / FRAME_MS
+        row["rtf"] = row["total_ms_per_frame"] / frame_ms
         rows[name] = row
         logger.info(
             "%s: %.1f ms/frame (talker %.1f, code predictor %.1f), first frame %.0f ms",
@@ -202,7 +211,7 @@ def bench_generate(args: argparse.Namespace) -> int:
         if row["eos_before_max"]:
             logger.warning("%s: eos after %d of %d frames", name, row["frames"], args.frames)
 
-    official = _run_official_generate(args, checkpoint, ids, env)
+    official = _run_official_generate(args, checkpoint, ids, env, frame_ms)
     machine["loadavg_at_end"] = loadavg()
 
     targets: dict[str, Any] = {}
@@ -259,7 +268,11 @@ def bench_generate(args: argparse.Namespace) -> int:
 
 
 def _run_official_generate(
-    args: argparse.Namespace, checkpoint: Path | None, ids: list[int], env: dict[str, str]
+    args: argparse.Namespace,
+    checkpoint: Path | None,
+    ids: list[int],
+    env: dict[str, str],
+    frame_ms: float,
 ) -> dict[str, Any]:
     """Measure the official generate, or say why not (``status`` is ``ok`` when measured)."""
     result = official_child(
@@ -289,7 +302,7 @@ def _run_official_generate(
         env,
     )
     if result["status"] == "ok":
-        result["rtf"] = result["total_ms_per_frame"] / FRAME_MS
+        result["rtf"] = result["total_ms_per_frame"] / frame_ms
         logger.info("official: %.0f ms/frame", result["total_ms_per_frame"])
     return result
 
