@@ -32,5 +32,9 @@ USER 1000:1000
 WORKDIR /home/kazeia
 VOLUME /data
 EXPOSE 10200
+# A describe -> info round trip (the rhasspy images' convention); the start period covers a first
+# start that downloads (~2.5 GB) and converts the model, while the server already answers.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=30m --retries=3 \
+    CMD ["python", "-m", "wyoming_kazeia.health_check", "--uri", "tcp://127.0.0.1:10200"]
 # Extra arguments of `docker run` are appended: e.g. --zeroconf, --voice vivian-fr, --mqtt-host.
 ENTRYPOINT ["python", "-m", "wyoming_kazeia", "--uri", "tcp://0.0.0.0:10200", "--data-dir", "/data"]

@@ -220,7 +220,7 @@ def test_synth_cli_from_checkpoint(checkpoint: Path, tmp_path: Path) -> None:
         "--seed",
         "4",
         "--json-metrics",
-        "--cache-dir",
+        "--data-dir",
         str(tmp_path / "c"),
     ]
     env = {"KZTTS_MAX_FRAMES": "20", "PATH": "/usr/bin:/bin"}

@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import socket
 import subprocess
 import sys
 import threading
 import time
+import wave
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from kazeia_dev.bench.server import parse_wyoming_bench
-from wyoming.audio import AudioChunk, AudioStart
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncClient
 from wyoming.event import Event
 from wyoming.info import Describe, Info
+from wyoming.ping import Ping
 from wyoming.tts import (
     Synthesize,
     SynthesizeChunk,
@@ -39,6 +43,7 @@ from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, split_sentences
 from wyoming_kazeia.server import serve
 from wyoming_kazeia.service import TtsService
 from wyoming_kazeia.settings import EngineSettings
+from wyoming_kazeia.voices import DEFAULT_SPEAKER
 
 FRAMES = 12  # frames per synthesis: random weights never say eos
 HOP = 1920
@@ -168,8 +173,8 @@ def test_synthesize_streams_the_engines_audio(server: ServerThread, engine: Engi
     check_format(events)
     audio = audio_of(events)
     assert len(audio) == FRAMES * HOP
-    # The default voice is the first speaker in automatic language.
-    assert np.array_equal(audio, engine_pcm(engine, text, engine.speakers[0]))
+    # The default voice is vivian (the model has her) in automatic language.
+    assert np.array_equal(audio, engine_pcm(engine, text, DEFAULT_SPEAKER))
 
 
 def test_voice_carries_speaker_and_language(server: ServerThread, engine: Engine) -> None:
@@ -186,7 +191,7 @@ def test_voice_carries_speaker_and_language(server: ServerThread, engine: Engine
     # A language alone (other Wyoming clients): the default speaker in that language.
     by_language = SynthesizeVoice(language="fr-FR")
     default = audio_of(run(exchange(server.uri, Synthesize(text, by_language).event())))
-    assert np.array_equal(default, engine_pcm(engine, text, engine.speakers[0], "french"))
+    assert np.array_equal(default, engine_pcm(engine, text, DEFAULT_SPEAKER, "french"))
 
 
 def test_first_audio_arrives_long_before_the_end(server: ServerThread) -> None:
@@ -227,7 +232,7 @@ def test_long_text_is_spoken_completely_in_order(server: ServerThread, engine: E
     assert [e.type for e in events].count("audio-start") == 1
     audio = audio_of(events)
     # Every sentence, in order: the concatenation of the engine's audio for each one.
-    expected = np.concatenate([engine_pcm(engine, s, engine.speakers[0]) for s in sentences])
+    expected = np.concatenate([engine_pcm(engine, s, DEFAULT_SPEAKER) for s in sentences])
     assert len(audio) == 400 * HOP
     assert np.array_equal(audio, expected)
 
@@ -323,26 +328,6 @@ def test_concurrent_clients_each_get_their_own_audio(server: ServerThread, engin
         assert np.array_equal(audio_of(events), engine_pcm(engine, text, speaker, language))
 
 
-def test_over_the_queue_bound_is_an_error_not_a_hang(engine: Engine) -> None:
-    engine.apply_settings(EngineSettings(max_frames=300, seed=11))
-    running = ServerThread(TtsService(engine, max_queue=0), f"tcp://127.0.0.1:{free_port()}")
-    try:
-
-        async def go() -> tuple[list[Event], list[Event]]:
-            async with AsyncClient.from_uri(running.uri) as first:
-                await first.write_event(Synthesize("The engine is busy with me.").event())
-                started = await read_until(first, "audio-chunk")
-                refused = await exchange(running.uri, Synthesize("Me too?").event())
-                return started + await read_until(first, "audio-stop"), refused
-
-        served, refused = run(go())
-        assert served[-1].type == "audio-stop" and len(audio_of(served)) == 300 * HOP
-        assert [e.type for e in refused] == ["error"]
-        assert refused[0].data["code"] == "server-busy"
-    finally:
-        running.stop()
-
-
 def test_disconnect_cancels_the_synthesis(server: ServerThread) -> None:
     server.service.update_settings(max_frames=2000)  # ~6 s if it kept running
 
@@ -370,51 +355,166 @@ def test_disconnect_cancels_the_synthesis(server: ServerThread) -> None:
 # -- errors -----------------------------------------------------------------------------------
 
 
-def test_unknown_voice_or_speaker_is_an_error_and_the_server_goes_on(server: ServerThread) -> None:
-    async def go() -> tuple[list[Event], list[Event], list[Event]]:
-        async with AsyncClient.from_uri(server.uri) as client:
-            await client.write_event(Synthesize("Hi.", SynthesizeVoice("nobody")).event())
-            bad_voice = await read_until(client, "audio-stop")
-            await client.write_event(
-                Synthesize("Hi.", SynthesizeVoice("vivian", speaker="x")).event()
-            )
-            bad_speaker = await read_until(client, "audio-stop")
-            # The same connection still serves.
-            await client.write_event(Synthesize("Hi.").event())
-            return bad_voice, bad_speaker, await read_until(client, "audio-stop")
+@dataclass
+class HaResult:
+    """What Home Assistant's Wyoming TTS client made of a request."""
 
-    bad_voice, bad_speaker, good = run(go())
-    assert [e.type for e in bad_voice] == ["error"]
-    assert bad_voice[0].data["code"] == "voice-not-found"
-    assert "vivian-fr" in bad_voice[0].data["text"] and "nobody" in bad_voice[0].data["text"]
-    assert [e.type for e in bad_speaker] == ["error"] and "ryan" in bad_speaker[0].data["text"]
-    assert good[-1].type == "audio-stop"
+    wav: bytes | None  # None: the request failed ("Connection lost")
+    events: list[Event]  # every event it read, error events included (it ignores them)
+    seconds: float  # from writing `synthesize` to the end of its loop
+    after_error: float | None  # from the `error` event to the end of its loop
 
 
-def test_failed_synthesis_is_an_error_and_the_connection_goes_on(
-    server: ServerThread, engine: Engine, crashing_command: list[str]
+async def home_assistant_tts(
+    uri: str, text: str, voice: str | None = None, speaker: str | None = None
+) -> HaResult:
+    """Home Assistant's own loop (homeassistant/components/wyoming/tts.py,
+    async_get_tts_audio): write `synthesize`, then read until audio-stop (a WAV of the chunks)
+    or the end of the connection (a failed request); `error` events are read and ignored, and
+    there is no timeout of its own. The 60 s bound is the test's, so that a hang fails."""
+    events: list[Event] = []
+    error_at: float | None = None
+    start = time.monotonic()
+    async with AsyncClient.from_uri(uri) as client:
+        synthesize_voice = SynthesizeVoice(name=voice, speaker=speaker) if voice else None
+        await client.write_event(Synthesize(text=text, voice=synthesize_voice).event())
+        with io.BytesIO() as wav_io:
+            wav_writer: wave.Wave_write | None = None
+            while True:
+                event = await asyncio.wait_for(client.read_event(), 60)
+                end = time.monotonic()
+                if event is None:  # "Connection lost": HA returns (None, None)
+                    if wav_writer is not None:  # (HA leaves it to the garbage collector)
+                        wav_writer.close()
+                    after = None if error_at is None else end - error_at
+                    return HaResult(None, events, end - start, after)
+                events.append(event)
+                if event.type == "error":
+                    error_at = end
+                if AudioStop.is_type(event.type):
+                    break
+                if AudioChunk.is_type(event.type):
+                    chunk = AudioChunk.from_event(event)
+                    if wav_writer is None:
+                        wav_writer = wave.open(wav_io, "wb")  # noqa: SIM115 - as HA writes it
+                        wav_writer.setframerate(chunk.rate)
+                        wav_writer.setsampwidth(chunk.width)
+                        wav_writer.setnchannels(chunk.channels)
+                    wav_writer.writeframes(chunk.audio)
+            if wav_writer is not None:
+                wav_writer.close()
+            end = time.monotonic()
+            after = None if error_at is None else end - error_at
+            return HaResult(wav_io.getvalue(), events, end - start, after)
+
+
+def refused(result: HaResult, code: str) -> None:
+    """A refusal as Home Assistant sees it: a failed request, at once."""
+    assert result.wav is None, "Home Assistant would take this as success"
+    assert [e.type for e in result.events] == ["error"]
+    assert result.events[0].data["code"] == code
+    assert result.seconds < 1.0, result.seconds
+
+
+def test_home_assistant_sees_an_unknown_voice_or_speaker_fail_at_once(
+    server: ServerThread,
 ) -> None:
-    command = engine.decoder_command
-    engine.decoder_command = crashing_command
-    server.service.update_settings(decoder_subprocess=True)
+    result = run(home_assistant_tts(server.uri, "Hi.", "nobody"))
+    refused(result, "voice-not-found")
+    text = result.events[0].data["text"]
+    assert "vivian-fr" in text and "nobody" in text
+    result = run(home_assistant_tts(server.uri, "Hi.", "vivian", speaker="x"))
+    refused(result, "voice-not-found")
+    assert "ryan" in result.events[0].data["text"]
+    # The server goes on: the next request (a new connection, as Home Assistant makes) is served.
+    good = run(home_assistant_tts(server.uri, "Hi."))
+    assert good.wav is not None and good.events[-1].type == "audio-stop"
+
+
+def test_home_assistant_sees_a_busy_server_refuse_at_once(engine: Engine) -> None:
+    engine.apply_settings(EngineSettings(max_frames=300, seed=11))
+    running = ServerThread(TtsService(engine, max_queue=0), f"tcp://127.0.0.1:{free_port()}")
     try:
 
-        async def go() -> tuple[list[Event], list[Event]]:
-            async with AsyncClient.from_uri(server.uri) as client:
-                await client.write_event(Synthesize("The decoder dies.").event())
-                failed = await read_until(client, "error")
-                server.service.update_settings(decoder_subprocess=False)
-                await client.write_event(Synthesize("It works again.").event())
-                return failed, await read_until(client, "audio-stop")
+        async def go() -> tuple[list[Event], HaResult]:
+            async with AsyncClient.from_uri(running.uri) as first:
+                await first.write_event(Synthesize("The engine is busy with me.").event())
+                started = await read_until(first, "audio-chunk")
+                busy = await home_assistant_tts(running.uri, "Me too?")
+                return started + await read_until(first, "audio-stop"), busy
 
-        failed, recovered = run(go())
+        served, busy = run(go())
+        assert served[-1].type == "audio-stop" and len(audio_of(served)) == 300 * HOP
+        refused(busy, "server-busy")
+    finally:
+        running.stop()
+
+
+def test_home_assistant_sees_a_loading_service_refuse_at_once() -> None:
+    """Before its model is loaded the server answers describe, and refuses a synthesis."""
+    running = ServerThread(TtsService(max_queue=8), f"tcp://127.0.0.1:{free_port()}")
+    try:
+        running.service.set_loading("downloading Qwen/x: 35%")
+        result = run(home_assistant_tts(running.uri, "Hi."))
+        refused(result, "model-loading")
+        assert "35%" in result.events[0].data["text"]
+        info = run(exchange(running.uri, Describe().event(), until="info"))
+        program = Info.from_event(info[-1]).tts[0]
+        assert not program.installed and not program.voices
+        assert "loading: downloading Qwen/x: 35%" in (program.description or "")
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def decoder_that_dies_on_its_second_run(tmp_path: Path, engine: Engine) -> list[str]:
+    """kazeia-decoder, except that its second run dies by SIGKILL (a crash midway through a
+    two-sentence answer)."""
+    script = tmp_path / "second-run-dies.sh"
+    mark = tmp_path / "ran-once"
+    real = " ".join(engine.decoder_command)
+    script.write_text(
+        f'#!/bin/sh\nif [ -e "{mark}" ]; then kill -9 $$; fi\ntouch "{mark}"\nexec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    return [str(script)]
+
+
+@pytest.mark.parametrize("when", ["before its audio", "midway"])
+def test_home_assistant_sees_a_failed_synthesis_fail(
+    server: ServerThread,
+    engine: Engine,
+    crashing_command: list[str],
+    decoder_that_dies_on_its_second_run: list[str],
+    when: str,
+) -> None:
+    """A synthesis that fails ends the request with an error and the end of the connection,
+    never with audio-stop: Home Assistant reports a failure instead of playing part of it."""
+    command = engine.decoder_command
+    engine.decoder_command = (
+        crashing_command if when == "before its audio" else decoder_that_dies_on_its_second_run
+    )
+    server.service.update_settings(decoder_subprocess=True)
+    try:
+        result = run(home_assistant_tts(server.uri, "The decoder dies. Right here."))
     finally:
         engine.decoder_command = command
-    # The audio that began is closed (a valid, empty WAV for the client), then the error.
-    assert [e.type for e in failed] == ["audio-start", "audio-stop", "error"]
-    assert failed[-1].data["code"] == "synthesis-failed"
-    assert "decoder subprocess failed" in failed[-1].data["text"]
-    assert len(audio_of(recovered)) == FRAMES * HOP
+        server.service.update_settings(decoder_subprocess=False)
+    assert result.wav is None
+    types = [e.type for e in result.events]
+    assert types[-1] == "error" and "audio-stop" not in types
+    assert result.events[-1].data["code"] == "synthesis-failed"
+    assert "decoder subprocess failed" in result.events[-1].data["text"]
+    assert (len(audio_of(result.events)) > 0) == (when == "midway")
+    assert result.after_error is not None and result.after_error < 1.0
+    # The server goes on.
+    recovered = run(home_assistant_tts(server.uri, "It works again."))
+    assert recovered.wav is not None and len(audio_of(recovered.events)) == FRAMES * HOP
+
+
+def test_ping_is_answered_with_pong(server: ServerThread) -> None:
+    events = run(exchange(server.uri, Ping(text="are you there").event(), until="pong"))
+    assert [e.type for e in events] == ["pong"] and events[0].data["text"] == "are you there"
 
 
 async def raw_exchange(uri: str, data: bytes) -> tuple[list[dict[str, Any]], bool]:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 from wyoming.client import AsyncClient
-from wyoming.tts import Synthesize
+from wyoming.tts import Synthesize, SynthesizeVoice
 
+from wyoming_kazeia.health_check import probe
 from wyoming_kazeia.models import DEFAULT_MODEL
 from wyoming_kazeia.settings import EngineSettings
 
@@ -39,21 +41,76 @@ def test_help_documents_every_setting_with_its_variable() -> None:
     assert run_cli("--version").stdout.strip() == "0.1.0"
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], message: str) -> None:
+    """Exit status 1 and one error line that says `message`, no traceback."""
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line or "error:" in line]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--model", "/nonexistent/model"], "not found"),
-        (["--threads", "0"], "invalid threads (KZTTS_THREADS)"),
-        (["--stream-chunk", "many"], "KZTTS_STREAM_CHUNK"),
+        (["--threads", "0"], "invalid --threads '0'; allowed: 1..64"),
+        (["--threads", "abc"], "invalid --threads 'abc'"),
+        (["--stream-chunk", "many"], "invalid --stream-chunk 'many'"),
         (["--uri", "unix:///tmp/x.sock", "--zeroconf"], "needs a tcp:// --uri"),
+        (["--uri", "http://127.0.0.1:10200"], "invalid --uri 'http://127.0.0.1:10200'"),
+        (["--uri", "tcp://127.0.0.1:99999"], "invalid --uri 'tcp://127.0.0.1:99999'"),
+        (["--uri", "tcp://127.0.0.1"], "tcp:// needs HOST:PORT"),
     ],
 )
-def test_bad_startup_fails_fast_with_a_clear_message(
+def test_bad_startup_fails_fast_with_one_line(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
-    result = run_cli("--data-dir", str(tmp_path), "--uri", "tcp://127.0.0.1:1", *args)
-    assert result.returncode == 1
-    assert message in result.stderr and "Traceback" not in result.stderr
+    uri = ["--uri", f"tcp://127.0.0.1:{free_port()}"]
+    one_line_error(run_cli("--data-dir", str(tmp_path), *uri, *args), message)
+
+
+def test_a_bad_variable_is_named(tmp_path: Path) -> None:
+    env = {**os.environ, "KZTTS_THREADS": "lots"}
+    one_line_error(run_cli("--data-dir", str(tmp_path), env=env), "KZTTS_THREADS='lots'")
+    env = {**os.environ, "KZTTS_DEBUG": "maybe"}
+    one_line_error(run_cli("--data-dir", str(tmp_path), env=env), "KZTTS_DEBUG='maybe'")
+
+
+def test_a_busy_port_is_one_line_before_any_model_work(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # The default model, a repo id: no download is even tried (nothing says "download").
+        result = run_cli("--data-dir", str(tmp_path), "--uri", f"tcp://127.0.0.1:{port}")
+    one_line_error(result, f"cannot listen on tcp://127.0.0.1:{port}")
+    assert "download" not in result.stderr and not (tmp_path / "converted").exists()
+
+
+def test_a_model_folder_without_its_tokenizer_is_one_line(tiny_model: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "no-vocab"
+    shutil.copytree(tiny_model, broken)
+    (broken / "vocab.json").unlink()
+    result = run_cli("--model", str(broken), "--data-dir", str(tmp_path), *free_uri())
+    one_line_error(result, "vocab.json")
+
+
+def test_help_groups_the_developer_knobs() -> None:
+    out = run_cli("--help").stdout
+    advanced = out[out.index("advanced (developer knobs)") :]
+    for flag in ("--backend", "--decoder-subprocess", "--max-frames", "--repetition-penalty"):
+        assert flag in advanced
+    assert "--threads" not in advanced and "KZTTS_LOG_FORMAT" in out and "KZTTS_DEBUG" in out
+
+
+def free_uri() -> list[str]:
+    return ["--uri", f"tcp://127.0.0.1:{free_port()}"]
 
 
 def test_corrupt_model_fails_fast(tiny_model: Path, tmp_path: Path) -> None:
@@ -61,30 +118,42 @@ def test_corrupt_model_fails_fast(tiny_model: Path, tmp_path: Path) -> None:
     shutil.copytree(tiny_model, broken)
     talker = broken / "talker.gguf"
     talker.write_bytes(talker.read_bytes()[: talker.stat().st_size // 2])
-    result = run_cli("--model", str(broken), "--data-dir", str(tmp_path))
-    assert result.returncode == 1
-    assert "talker.gguf" in result.stderr and "Traceback" not in result.stderr
+    result = run_cli("--model", str(broken), "--data-dir", str(tmp_path), *free_uri())
+    one_line_error(result, "talker.gguf")
 
 
 def test_unknown_default_voice_lists_the_voices(tiny_model: Path, tmp_path: Path) -> None:
-    result = run_cli("--model", str(tiny_model), "--data-dir", str(tmp_path), "--voice", "bob")
-    assert result.returncode == 1 and "vivian-fr" in result.stderr
+    result = run_cli(
+        "--model", str(tiny_model), "--data-dir", str(tmp_path), "--voice", "bob", *free_uri()
+    )
+    one_line_error(result, "vivian-fr")
 
 
 def test_offline_repo_id_says_what_to_download(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    result = run_cli("--data-dir", str(tmp_path), env=env)  # the default model: a repo id
-    assert result.returncode == 1
-    assert f"cannot download {DEFAULT_MODEL}" in result.stderr
+    result = run_cli("--data-dir", str(tmp_path), *free_uri(), env=env)  # the default: a repo id
+    one_line_error(result, f"cannot download {DEFAULT_MODEL}")
     assert str(tmp_path / "hf" / DEFAULT_MODEL.replace("/", "--")) in result.stderr
 
 
-def wait_for_socket(proc: subprocess.Popen[str], path: Path) -> None:
+def wait_until_ready(proc: subprocess.Popen[str], uri: str) -> list[str]:
+    """Polls describe until the model is loaded; returns the program descriptions seen."""
+    seen: list[str] = []
     deadline = time.monotonic() + 120
-    while not path.exists():
+    while True:
         assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
+        assert time.monotonic() < deadline, "server did not get ready"
+        info = asyncio.run(probe(uri, 5)) if _bound(uri) else None
+        if info is not None:
+            program = info.tts[0]
+            seen.append(program.description or "")
+            if program.installed:
+                return seen
+        time.sleep(0.02)
+
+
+def _bound(uri: str) -> bool:
+    return not uri.startswith("unix://") or Path(uri[len("unix://") :]).exists()
 
 
 async def synthesize(uri: str, text: str) -> int:
@@ -115,7 +184,7 @@ def test_repo_id_checkpoint_is_converted_once_then_served_over_unix_socket(
             env=env,
         )
         try:
-            wait_for_socket(proc, sock)
+            wait_until_ready(proc, f"unix://{sock}")
             assert asyncio.run(synthesize(f"unix://{sock}", "Hello.")) == 6 * 1920
         finally:
             proc.send_signal(signal.SIGTERM)  # docker stop
@@ -142,7 +211,7 @@ def test_sigterm_during_a_synthesis_stops_promptly(tiny_model: Path, tmp_path: P
             return time.monotonic() - start
 
     try:
-        wait_for_socket(proc, sock)
+        wait_until_ready(proc, f"unix://{sock}")
         assert asyncio.run(interrupt()) < 5
     finally:
         proc.kill()
@@ -174,3 +243,105 @@ def test_stdio_answers_every_piped_request(tiny_model: Path, tmp_path: Path) -> 
         types.append(header["type"])
     assert types.count("audio-start") == types.count("audio-stop") == 2
     assert types[-1] == "audio-stop" and "error" not in types
+
+
+def test_describe_is_answered_while_the_model_loads_then_it_is_ready(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """A first start converts a checkpoint: the socket answers describe all along (not
+    installed, with how far the loading is), the health check says "not ready" (1), then the
+    service is installed and healthy (0); stopped, it is unhealthy (2)."""
+    checkpoint = tiny_model.parent / "ckpt"
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    cmd = [*SERVER, "--uri", uri, "--model", str(checkpoint), "--data-dir", str(tmp_path), *FRAMES]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = wait_until_ready(proc, uri)
+        health = [sys.executable, "-m", "wyoming_kazeia.health_check", "--uri", uri]
+        ready = subprocess.run(health, capture_output=True, text=True, timeout=30, check=False)
+        assert ready.returncode == 0 and ready.stdout.startswith("healthy: Qwen3-TTS")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    loading = [d for d in seen if "(loading: " in d]
+    assert loading, f"describe never answered during the load: {seen}"
+    assert any(word in " ".join(loading) for word in ("converting", "loading /", "resolving"))
+    assert "warm-up synthesis" in stderr
+    gone = subprocess.run(health, capture_output=True, text=True, timeout=30, check=False)
+    assert gone.returncode == 2 and gone.stdout.startswith("unhealthy")
+
+
+def test_health_check_says_not_ready_while_loading() -> None:
+    """Exit status 1 for a server that answers without an installed program."""
+    import threading
+
+    from wyoming_kazeia.server import serve
+    from wyoming_kazeia.service import TtsService
+
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    service = TtsService(max_queue=1)
+    service.set_loading("downloading Qwen/x: 12%")
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    async def main() -> None:
+        listening = asyncio.Event()
+        task = asyncio.create_task(serve(service, uri, 1024, None, listening))
+        await listening.wait()
+        started.set()
+        await asyncio.sleep(30)
+        task.cancel()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    health = [sys.executable, "-m", "wyoming_kazeia.health_check", "--uri", uri]
+    result = subprocess.run(health, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1
+    assert result.stdout.startswith("not ready:") and "12%" in result.stdout
+
+
+def test_logs_a_user_can_act_on(tiny_model: Path, tmp_path: Path) -> None:
+    """The start banner, one INFO line per request, refusals at WARNING with their code, the
+    client that leaves and SIGTERM; the text itself only with --debug."""
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    cmd = [*SERVER, "--uri", uri, "--model", str(tiny_model), "--max-frames", "400", "--debug"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+
+    async def requests() -> None:
+        assert await synthesize(uri, "A secret sentence.") > 0
+        async with AsyncClient.from_uri(uri) as client:  # refused
+            await client.write_event(Synthesize("Hi.", SynthesizeVoice("nobody")).event())
+            while await client.read_event() is not None:
+                pass
+        async with AsyncClient.from_uri(uri) as client:  # leaves during its synthesis
+            await client.write_event(Synthesize("I will not wait for the end of this.").event())
+            while (event := await client.read_event()) is not None:
+                if event.type == "audio-chunk":
+                    break
+
+    try:
+        wait_until_ready(proc, uri)
+        asyncio.run(requests())
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    lines = stderr.splitlines()
+
+    def line(*words: str) -> str:
+        found = [x for x in lines if all(w in x for w in words)]
+        assert found, f"no line with {words}:\n{stderr}"
+        return found[0]
+
+    banner = line("Kazeia TTS 0.1.0 ready", "Qwen3-TTS")
+    assert "CustomVoice" in banner and str(tiny_model) in banner
+    assert "default voice vivian" in line("threads 2 generator + 2 decoder")
+    assert "own kernels" in line("CPU:", "ggml CPU backend")
+    spoken = line("INFO", "one-shot request", "spoken")
+    assert "voice vivian" in spoken and "language auto" in spoken and "18 characters" in spoken
+    assert "WARNING" in line("refused (voice-not-found)")
+    line("DEBUG", "'A secret sentence.'")  # the text, at --debug only
+    line("left: its synthesis is cancelled")
+    line("SIGTERM: stopping")

@@ -1,8 +1,12 @@
 """Kazeia TTS: the Wyoming text-to-speech server.
 
-    python -m wyoming_kazeia --uri tcp://0.0.0.0:10200 --data-dir DIR [--model ...] [--voice ...]
+    wyoming-kazeia --uri tcp://0.0.0.0:10200 --data-dir DIR [--model ...] [--voice ...]
+    python -m wyoming_kazeia ...   (the same)
 
 Every option has an environment variable (shown in --help); a flag wins over its variable.
+The socket is bound first: while a first start downloads, converts and loads the model,
+`describe` is answered (the program is not installed yet, its description says how far the
+loading is) and a synthesis is refused with `model-loading`.
 """
 
 from __future__ import annotations
@@ -11,31 +15,40 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
+import platform
 import signal
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 from . import __version__
 from .engine import Engine
 from .errors import KazeiaError, SettingsError
-from .models import DEFAULT_MODEL, resolve_model
+from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
+from .native import KERNEL_ISA, ggml_cpu_features
 from .server import serve
 from .service import TtsService
-from .settings import EngineSettings, add_env_argument, parse_setting
+from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
+from .voices import DEFAULT_SPEAKER
 
 _LOGGER = logging.getLogger("wyoming_kazeia")
 
-_DATA_HOME = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share"))
+# The warm-up synthesis: a short sentence of the default voice, a few frames.
+WARMUP_TEXT = "Hello."
+WARMUP_FRAMES = 8
+
+T = TypeVar("T")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m wyoming_kazeia",
+        prog="wyoming-kazeia",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -46,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir",
         "KZTTS_DATA_DIR",
         "downloaded and converted models",
-        str(_DATA_HOME / "wyoming-kazeia"),
+        str(DEFAULT_DATA_DIR),
         type=Path,
     )
     add(
@@ -58,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--voice",
         "KZTTS_VOICE",
-        "default voice, e.g. vivian or vivian-fr (default: the first speaker, automatic language)",
+        f"default voice, e.g. vivian or vivian-fr (default: {DEFAULT_SPEAKER} when the model "
+        "has it, else its first speaker; automatic language)",
     )
     add(
         "--max-queue",
@@ -82,17 +96,27 @@ def build_parser() -> argparse.ArgumentParser:
         const="kazeia-tts",
         metavar="NAME",
     )
-    server.add_argument("--debug", action="store_true", help="debug logging")
-    server.add_argument("--log-format", default=logging.BASIC_FORMAT, help="Python logging format")
+    server.add_argument(
+        "--no-warmup",
+        action="store_true",
+        default=None,
+        help="skip the warm-up synthesis before the service is ready (KZTTS_NO_WARMUP)",
+    )
+    server.add_argument(
+        "--debug", action="store_true", default=None, help="debug logging (KZTTS_DEBUG)"
+    )
+    add("--log-format", "KZTTS_LOG_FORMAT", "Python logging format", logging.BASIC_FORMAT)
     server.add_argument("--version", action="version", version=__version__)
 
     engine = parser.add_argument_group("engine (each applies from the next synthesis on)")
+    advanced = parser.add_argument_group("advanced (developer knobs)")
     for name, env, allowed, doc in EngineSettings.describe():
         default = getattr(EngineSettings(), name)
         kwargs: dict[str, Any] = {"metavar": "VALUE"}
         if isinstance(default, bool):  # a bare flag means true
             kwargs = {"nargs": "?", "const": "true", "metavar": "BOOL"}
-        engine.add_argument(
+        group = advanced if EngineSettings.is_advanced(name) else engine
+        group.add_argument(
             "--" + name.replace("_", "-"),
             dest=name,
             help=f"{doc} [{allowed}] ({env}; default {default})",
@@ -103,56 +127,210 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
-    """Defaults < KZTTS_* environment < flags."""
+    """Defaults < KZTTS_* environment < flags; a bad flag value is blamed on the flag."""
     flags = {
-        name: parse_setting(name, getattr(args, name))
+        name: parse_setting(name, getattr(args, name), "--" + name.replace("_", "-"))
         for name, *_ in EngineSettings.describe()
         if getattr(args, name) is not None
     }
     return EngineSettings.from_env(**flags)
 
 
+def check_uri(uri: str) -> None:
+    """SettingsError unless `uri` is tcp://HOST:PORT, unix://PATH or stdio://."""
+    try:
+        parsed = urlparse(uri)
+        port = parsed.port if parsed.scheme == "tcp" else None
+    except ValueError as err:  # a port that is not a number or out of range
+        raise SettingsError(f"invalid --uri {uri!r}: {err}") from None
+    if parsed.scheme == "tcp":
+        if not parsed.hostname or port is None:
+            raise SettingsError(f"invalid --uri {uri!r}: tcp:// needs HOST:PORT")
+    elif parsed.scheme == "unix":
+        if not (parsed.netloc + parsed.path):
+            raise SettingsError(f"invalid --uri {uri!r}: unix:// needs a PATH")
+    elif parsed.scheme != "stdio":
+        raise SettingsError(f"invalid --uri {uri!r}: use tcp://HOST:PORT, unix://PATH or stdio://")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        debug = args.debug or env_flag("KZTTS_DEBUG")
+        args.no_warmup = args.no_warmup or env_flag("KZTTS_NO_WARMUP")
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.INFO,
-        format=args.log_format,
-        stream=sys.stderr,
+        level=logging.DEBUG if debug else logging.INFO, format=args.log_format, stream=sys.stderr
     )
     try:
         settings = engine_settings(args)
         mqtt = MqttConfig.from_args(args)
+        check_uri(args.uri)
         if args.max_queue < 0 or args.samples_per_chunk < 1:
             raise SettingsError("--max-queue must be >= 0 and --samples-per-chunk >= 1")
         if args.zeroconf and not args.uri.startswith("tcp://"):
             raise SettingsError("--zeroconf announces a TCP port: it needs a tcp:// --uri")
-        model_dir = resolve_model(args.model, settings.quant, args.data_dir)
-        _LOGGER.info("loading %s", model_dir)
-        engine = Engine(model_dir, settings)
-        service = TtsService(engine, args.voice, args.max_queue)
     except KazeiaError as err:
         _LOGGER.error("%s", err)
         return 1
-    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
-        asyncio.run(_run(service, args, mqtt))
+    service = TtsService(max_queue=args.max_queue)
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(_run(service, args, settings, mqtt))
     return 0
 
 
-async def _run(service: TtsService, args: argparse.Namespace, mqtt: MqttConfig | None) -> None:
+async def _run(
+    service: TtsService, args: argparse.Namespace, settings: EngineSettings, mqtt: MqttConfig | None
+) -> int:
     # SIGTERM (docker stop) ends the server like Ctrl-C: running syntheses are cancelled.
     task = asyncio.current_task()
-    if task is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    bridge = asyncio.create_task(MqttBridge(service, mqtt).run()) if mqtt else None
+    loop = asyncio.get_running_loop()
+
+    def on_sigterm() -> None:
+        _LOGGER.info("SIGTERM: stopping")
+        if task is not None:
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    stdio = urlparse(args.uri).scheme == "stdio"
+    server: asyncio.Task[None] | None = None
+    bridge: asyncio.Task[None] | None = None
     try:
-        await serve(service, args.uri, args.samples_per_chunk, args.zeroconf)
+        if not stdio:  # bound before any download: describe answers during the first start
+            listening = asyncio.Event()
+            server = asyncio.create_task(
+                serve(service, args.uri, args.samples_per_chunk, args.zeroconf, listening)
+            )
+            await _first(listening.wait(), server)
+            if server.done():
+                server.result()  # raises what stopped it (a busy port, a bad path)
+        await _load(service, args, settings)
+        if mqtt is not None:
+            bridge = asyncio.create_task(MqttBridge(service, mqtt).run())
+        if stdio:
+            await serve(service, args.uri, args.samples_per_chunk, None)
+        elif server is not None:
+            await server
+    except KazeiaError as err:
+        _LOGGER.error("%s", err)
+        return 1
+    except OSError as err:  # the socket: a busy port, a path that cannot be bound
+        _LOGGER.error("cannot listen on %s: %s", args.uri, err)
+        return 1
+    except asyncio.CancelledError:
+        pass
     finally:
-        if bridge is not None:
-            bridge.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await bridge
+        for t in (bridge, server):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
         service.shutdown()
+    return 0
+
+
+async def _first(awaitable: Any, task: asyncio.Task[None]) -> None:
+    """Waits for `awaitable`, or for `task` to end first (its error is then raised by the
+    caller)."""
+    waiter = asyncio.ensure_future(awaitable)
+    await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+
+
+async def _in_thread(fn: Callable[[], T]) -> T:
+    """Runs blocking model work in a daemon thread: a SIGTERM during a first-start download
+    or conversion ends the process at once instead of waiting for it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def work() -> None:
+        try:
+            result = fn()
+        except BaseException as err:  # noqa: BLE001 - delivered to the awaiting task
+            loop.call_soon_threadsafe(_settle, future, None, err)
+        else:
+            loop.call_soon_threadsafe(_settle, future, result, None)
+
+    threading.Thread(target=work, name="kazeia-load", daemon=True).start()
+    return await future
+
+
+def _settle(future: asyncio.Future[Any], result: Any, err: BaseException | None) -> None:
+    if future.done():
+        return
+    if err is not None:
+        future.set_exception(err)
+    else:
+        future.set_result(result)
+
+
+async def _load(service: TtsService, args: argparse.Namespace, settings: EngineSettings) -> None:
+    """Model resolution (download, conversion), loading and the warm-up, reported to the
+    service as they go; the service is ready at the end."""
+    start = time.monotonic()
+    service.set_loading(f"resolving {args.model}")
+    model_dir = await _in_thread(
+        lambda: resolve_model(args.model, settings.quant, args.data_dir, service.set_loading)
+    )
+    service.set_loading(f"loading {model_dir}")
+    _LOGGER.info("loading %s", model_dir)
+    engine = await _in_thread(lambda: Engine(model_dir, settings))
+    summary = summarize(
+        model_dir,
+        int(engine.generator.hparams["kazeia.talker.hidden_size"]),
+        bool(engine.speakers),
+    )
+    service.attach(engine, args.voice, summary.name)
+    if not args.no_warmup:
+        elapsed = await _in_thread(lambda: _warm_up(service))
+        _LOGGER.info("warm-up synthesis: %.2f s (the first request is not the cold one)", elapsed)
+    _banner(service, summary.origin, model_dir, time.monotonic() - start)
+
+
+def _warm_up(service: TtsService) -> float:
+    """One short synthesis of the default voice: graphs, weight pages, its voice prefix."""
+    start = time.monotonic()
+    speaker, language = service.resolve_voice(None)
+    synthesis = service.engine.synthesize(
+        WARMUP_TEXT, speaker, language, max_frames=WARMUP_FRAMES, seed=0
+    )
+    for _ in synthesis:
+        pass
+    return time.monotonic() - start
+
+
+def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) -> None:
+    s = service.settings
+    _LOGGER.info(
+        "Kazeia TTS %s ready in %.1f s: %s (%s, %s)",
+        __version__,
+        load_s,
+        service.model_name,
+        origin,
+        model_dir,
+    )
+    _LOGGER.info(
+        "threads %d generator + %d decoder, stream chunk %d; default voice %s of %d voices",
+        s.threads,
+        s.decoder_threads,
+        s.stream_chunk,
+        service.default_voice,
+        len(service.voices.voices),
+    )
+    _LOGGER.info(
+        "CPU: %s; ggml CPU backend: %s; own kernels: %s",
+        platform.processor() or platform.machine(),
+        " ".join(ggml_cpu_features()) or "unknown",
+        KERNEL_ISA,
+    )
+
+
+def run() -> None:
+    """The `wyoming-kazeia` console script."""
+    sys.exit(main())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

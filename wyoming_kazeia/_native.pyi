@@ -7,6 +7,7 @@ from .errors import InputError as InputError
 from .errors import ModelError as ModelError
 
 DECODER_MAX_CHUNK_FRAMES: int
+KERNEL_ISA: str
 PROMPT_ROLE_TOKENS: int
 PROMPT_TRAILER_TOKENS: int
 

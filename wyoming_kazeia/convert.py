@@ -265,6 +265,7 @@ def _write_gguf(
     metadata: Sequence[tuple[str, Any, str]],
     tensors: Sequence[_OutTensor],
     produce: Callable[[int], np.ndarray],
+    progress: Callable[[str], None] | None = None,
 ) -> int:
     """Writes a GGUF file tensor by tensor (bounded memory: `produce(i)` makes the f32 data of
     tensor i just before it is written), atomically via a temp file. Returns the data size."""
@@ -311,14 +312,13 @@ def _write_gguf(
             done += data.nbytes
             now = time.monotonic()
             if total >= _PROGRESS_MIN_BYTES and (now - last_log > 2.0 or done == total):
-                _LOGGER.info(
-                    "%s: %3.0f%% (%d/%d MB, %.0f s)",
-                    path.name,
-                    100.0 * done / total,
-                    done >> 20,
-                    total >> 20,
-                    now - start,
+                text = (
+                    f"converting {path.name}: {100.0 * done / total:3.0f}% "
+                    f"({done >> 20}/{total >> 20} MB, {now - start:.0f} s)"
                 )
+                _LOGGER.info("%s", text)
+                if progress is not None:
+                    progress(text)
                 last_log = now
         writer.close()
         # mkstemp creates the file private (0600); give it the usual umask-based mode.
@@ -402,8 +402,15 @@ def part_tensor_specs(name: str, metadata: Sequence[tuple[str, Any, str]]) -> li
     return specs
 
 
-def convert_part(name: str, checkpoint_dir: Path, out_path: Path, out_type: str = "f32") -> Path:
-    """One model part of a checkpoint -> its GGUF file (e.g. "decoder" -> decoder.gguf)."""
+def convert_part(
+    name: str,
+    checkpoint_dir: Path,
+    out_path: Path,
+    out_type: str = "f32",
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """One model part of a checkpoint -> its GGUF file (e.g. "decoder" -> decoder.gguf).
+    `progress` is told how far the writing is (for long conversions)."""
     part = _part(name)
     metadata = part_metadata(name, checkpoint_dir)
     specs = part_tensor_specs(name, metadata)
@@ -424,7 +431,12 @@ def convert_part(name: str, checkpoint_dir: Path, out_path: Path, out_type: str 
     ]
     version = (part["format_version_key"], part["format_version"], "u32")
     total = _write_gguf(
-        out_path, part["arch"], [version, *metadata], tensors, lambda i: _apply(specs[i], ckpt)
+        out_path,
+        part["arch"],
+        [version, *metadata],
+        tensors,
+        lambda i: _apply(specs[i], ckpt),
+        progress,
     )
     _LOGGER.info("wrote %s (%d tensors, %d MB)", out_path, len(specs), total >> 20)
     return out_path
@@ -441,7 +453,12 @@ TOKENIZER_FILES = (
 )
 
 
-def convert(checkpoint_dir: Path, out_dir: Path, out_type: str = "f32") -> list[Path]:
+def convert(
+    checkpoint_dir: Path,
+    out_dir: Path,
+    out_type: str = "f32",
+    progress: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Converts every part of a checkpoint and copies its tokenizer files. Returns the files."""
     if out_type not in OUT_TYPES:
         raise ConversionError(f"--type must be one of {', '.join(OUT_TYPES)}, got {out_type!r}")
@@ -450,7 +467,7 @@ def convert(checkpoint_dir: Path, out_dir: Path, out_type: str = "f32") -> list[
     for part in PARTS:  # an unsupported checkpoint fails before anything is written
         part_metadata(part["name"], checkpoint_dir)
     written = [
-        convert_part(part["name"], checkpoint_dir, out_dir / part["file"], out_type)
+        convert_part(part["name"], checkpoint_dir, out_dir / part["file"], out_type, progress)
         for part in PARTS
     ]
     for name in TOKENIZER_FILES:

@@ -15,6 +15,7 @@ callers that catch those keep working.
     ├── VoiceError          an unknown voice, speaker or language
     ├── EngineError         a synthesis failed (the engine stays usable)
     ├── ServiceBusyError    the queue in front of the engine is full
+    ├── NotReadyError       the model is still being downloaded, converted or loaded
     └── ProtocolError       a malformed Wyoming event (answered, then the connection closes)
 
 The native extension raises `ModelError` and `InputError` as these very classes (its module
@@ -62,6 +63,10 @@ class EngineError(KazeiaError, RuntimeError):
 
 class ServiceBusyError(KazeiaError, RuntimeError):
     """The queue in front of the engine is full."""
+
+
+class NotReadyError(KazeiaError, RuntimeError):
+    """The service has no model yet (first start: download, conversion, loading, warm-up)."""
 
 
 class ProtocolError(KazeiaError, ValueError):

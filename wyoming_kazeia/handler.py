@@ -4,7 +4,8 @@ Reading and speaking are separate: `run` keeps reading events (so `describe` is 
 `synthesize-chunk` text keeps arriving while audio is produced), and each text to speak goes,
 in order, to the connection's speaking task, which streams the audio as the engine yields it.
 
-    describe                      -> info
+    describe                      -> info (while the model loads: no installed program yet)
+    ping                          -> pong
     synthesize                    -> audio-start, audio-chunk*, audio-stop
     synthesize-start              opens a stream (its voice is checked at once)
     synthesize-chunk*             split into sentences; each one is spoken as soon as it is
@@ -12,10 +13,15 @@ in order, to the connection's speaking task, which streams the audio as the engi
     synthesize (inside a stream)  ignored: it repeats the streamed text
     synthesize-stop               the rest of the text, then synthesize-stopped
 
-A bad request (unknown voice, server busy, failed synthesis) gets an `error` and the connection
-goes on. Malformed input (a header that is not a JSON object, oversized header, data or payload,
-an event missing its fields) gets an `error` and that connection is closed. A client that
-disconnects cancels its synthesis.
+A one-shot `synthesize` that fails (unknown voice or speaker, server busy, model still loading,
+a synthesis that fails before or during its audio) gets an `error` and then the connection is
+closed, without `audio-stop`: Home Assistant's client ignores `error` events and reads until
+`audio-stop` or the end of the connection, so the end of the connection is what tells it the
+request failed (partial audio is discarded rather than played as if complete). Inside a
+`synthesize-start/stop` stream an error is answered and the stream goes on to
+`synthesize-stopped`. Malformed input (a header that is not a JSON object, oversized header,
+data or payload, an event missing its fields) gets an `error` (`bad-request`) and that
+connection is closed. A client that disconnects cancels its synthesis.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +39,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe, Info
+from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
 from wyoming.tts import (
     Synthesize,
@@ -42,9 +50,8 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from .errors import EngineError, ProtocolError
-from .service import ServiceBusyError, TtsService
-from .voices import VoiceError
+from .errors import EngineError, NotReadyError, ProtocolError, ServiceBusyError, VoiceError
+from .service import TtsService
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -111,6 +118,15 @@ def _length(header: dict[str, Any], key: str, limit: int) -> int:
 class _Utterance:
     text: str
     voice: SynthesizeVoice | None
+    one_shot: bool = False  # a `synthesize` request (not a sentence of a stream)
+
+
+# The `error` code of each refusal; any other failure is "synthesis-failed".
+_ERROR_CODES: dict[type[Exception], str] = {
+    VoiceError: "voice-not-found",
+    ServiceBusyError: "server-busy",
+    NotReadyError: "model-loading",
+}
 
 
 _STOPPED = object()  # marks the end of a stream in the speaking queue
@@ -119,7 +135,7 @@ _STOPPED = object()  # marks the end of a stream in the speaking queue
 class KazeiaEventHandler(AsyncEventHandler):
     def __init__(
         self,
-        info: Info,
+        info: Callable[[], Info],
         service: TtsService,
         samples_per_chunk: int,
         reader: asyncio.StreamReader,
@@ -137,6 +153,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         self._stream: SentenceBoundaryDetector | None = None
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_ok = False
+        self._peer = str(writer.get_extra_info("peername") or "local")
 
     async def run(self) -> None:
         try:
@@ -144,7 +161,7 @@ class KazeiaEventHandler(AsyncEventHandler):
                 try:
                     event = await read_event(self.reader)
                 except ProtocolError as err:
-                    _LOGGER.warning("closing connection: %s", err)
+                    _LOGGER.warning("closing connection from %s (bad-request): %s", self._peer, err)
                     await self._error(str(err), "bad-request")
                     break
                 if event is None:
@@ -164,6 +181,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         """Cancels what this connection still has queued or running (its synthesis stops
         within one frame). A speaking task that ended on a lost connection ends quietly."""
         if self._speaking is not None:
+            if not self._speaking.done():
+                _LOGGER.info("client %s left: its synthesis is cancelled", self._peer)
             self._speaking.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await self._speaking
@@ -172,13 +191,15 @@ class KazeiaEventHandler(AsyncEventHandler):
         try:
             return await self._handle(event)
         except ProtocolError as err:
-            _LOGGER.warning("closing connection: %s", err)
+            _LOGGER.warning("closing connection from %s (bad-request): %s", self._peer, err)
             await self._error(str(err), "bad-request")
             return False
 
     async def _handle(self, event: Event) -> bool:
         if Describe.is_type(event.type):
-            await self.write_event(self.info.event())
+            await self.write_event(self.info().event())
+        elif Ping.is_type(event.type):
+            await self.write_event(Pong(text=Ping.from_event(event).text).event())
         elif SynthesizeStart.is_type(event.type):
             start = _parse(SynthesizeStart, event)
             self._stream, self._stream_voice = SentenceBoundaryDetector(), start.voice
@@ -195,7 +216,7 @@ class KazeiaEventHandler(AsyncEventHandler):
             # Inside a stream it repeats the streamed text: ignored. Its voice is checked where
             # it is spoken (an unknown one: an `error`, in turn with earlier requests).
             if self._stream is None:
-                self._speak(request.text, request.voice, always=True)
+                self._queue(_Utterance(request.text, request.voice, one_shot=True))
         elif SynthesizeStop.is_type(event.type):
             if self._stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
@@ -209,14 +230,14 @@ class KazeiaEventHandler(AsyncEventHandler):
     async def _check_voice(self, voice: SynthesizeVoice | None) -> bool:
         try:
             self.service.resolve_voice(*_voice_parts(voice))
-        except VoiceError as err:
-            await self._error(str(err), "voice-not-found")
+        except (VoiceError, NotReadyError) as err:
+            await self._refuse(err, "stream")
             return False
         return True
 
-    def _speak(self, text: str, voice: SynthesizeVoice | None, always: bool = False) -> None:
-        """Queues a text; inside a stream, empty sentences and a refused voice say nothing."""
-        if always or (self._stream_ok and text.strip()):
+    def _speak(self, text: str, voice: SynthesizeVoice | None) -> None:
+        """Queues a sentence of a stream; empty sentences and a refused voice say nothing."""
+        if self._stream_ok and text.strip():
             self._queue(_Utterance(text, voice))
 
     def _queue(self, item: Any) -> None:
@@ -233,14 +254,22 @@ class KazeiaEventHandler(AsyncEventHandler):
             if item is _STOPPED:
                 await self.write_event(SynthesizeStopped().event())
                 continue
-            await self._say(item)
+            if not await self._say(item) and item.one_shot:
+                # The end of the connection is the end Home Assistant's client sees.
+                self.writer.close()
+                return
 
-    async def _say(self, utterance: _Utterance) -> None:
+    async def _say(self, utterance: _Utterance) -> bool:
         """One audio-start/stop pair. A long text is spoken sentence by sentence (the model is
-        trained on sentences; the first one's audio comes sooner), in order, in one stream."""
+        trained on sentences; the first one's audio comes sooner), in order, in one stream.
+        False when it failed (an `error` was sent)."""
         started = False
         pending = b""
+        mode = "one-shot" if utterance.one_shot else "stream"
+        name, speaker, language = _voice_parts(utterance.voice)
+        _LOGGER.debug("%s text from %s: %r", mode, self._peer, utterance.text)
         try:
+            chosen = self.service.resolve_voice(name, speaker, language)
             sentences = split_sentences(utterance.text) or [""]
             for i, sentence in enumerate(sentences):
                 audio = self.service.synthesize(sentence, *_voice_parts(utterance.voice))
@@ -262,16 +291,32 @@ class KazeiaEventHandler(AsyncEventHandler):
             await self.write_event(AudioStop().event())
         except (ConnectionError, asyncio.CancelledError):
             raise
-        except Exception as err:  # noqa: BLE001 - one request failed; the connection goes on
-            code: dict[type[Exception], str] = {
-                VoiceError: "voice-not-found",
-                ServiceBusyError: "server-busy",
-            }
-            if not isinstance(err, (VoiceError, ServiceBusyError, EngineError)):
+        except Exception as err:  # noqa: BLE001 - one request failed
+            if not isinstance(err, (VoiceError, ServiceBusyError, NotReadyError, EngineError)):
                 _LOGGER.exception("synthesis failed")
+            if utterance.one_shot:  # the connection closes after the error: no audio-stop
+                await self._refuse(err, mode)
+                return False
             if started:  # audio already begun: close it so the client's WAV stays valid
                 await self.write_event(AudioStop().event())
-            await self._error(str(err), code.get(type(err), "synthesis-failed"))
+            await self._refuse(err, mode)
+            return False
+        _LOGGER.info(
+            "%s request from %s: voice %s, speaker %s, language %s, %d characters: spoken",
+            mode,
+            self._peer,
+            name or self.service.default_voice,
+            chosen[0],
+            chosen[1],
+            len(utterance.text),
+        )
+        return True
+
+    async def _refuse(self, err: Exception, mode: str) -> None:
+        """The `error` of a refused or failed request, logged at WARNING with its code."""
+        code = _ERROR_CODES.get(type(err), "synthesis-failed")
+        _LOGGER.warning("%s request from %s refused (%s): %s", mode, self._peer, code, err)
+        await self._error(str(err), code)
 
     async def _audio_chunk(self, data: bytes) -> None:
         await self.write_event(AudioChunk(self.service.sample_rate, WIDTH, CHANNELS, data).event())

@@ -31,6 +31,7 @@ not part of it.
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ import numpy as np
 from . import _native
 from ._native import (
     DECODER_MAX_CHUNK_FRAMES,
+    KERNEL_ISA,
     PROMPT_ROLE_TOKENS,
     PROMPT_TRAILER_TOKENS,
     DecoderHParams,
@@ -52,6 +54,7 @@ from .errors import InputError, ModelError
 
 __all__ = [
     "DECODER_MAX_CHUNK_FRAMES",
+    "KERNEL_ISA",
     "PROMPT_ROLE_TOKENS",
     "PROMPT_TRAILER_TOKENS",
     "DecoderHParams",
@@ -62,6 +65,7 @@ __all__ = [
     "ModelError",
     "SpeechDecoder",
     "formats",
+    "ggml_cpu_features",
     "read_decoder_hparams",
     "to_pcm16",
     "tool_path",
@@ -76,3 +80,18 @@ def to_pcm16(wav: np.ndarray) -> np.ndarray:
 def tool_path(name: str) -> Path:
     """Path of a native tool (kazeia-decoder) installed beside the extension module."""
     return Path(_native.__file__).resolve().parent / "bin" / name
+
+
+def ggml_cpu_features() -> list[str]:
+    """The x86 features the bundled ggml CPU backend was compiled for (empty when unknown)."""
+    try:
+        lib = ctypes.CDLL(str(Path(_native.__file__).parent / "lib" / "libkazeia-ggml-cpu.so"))
+    except OSError:
+        return []
+    names = ("sse3", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512", "avx512_vnni", "neon")
+    found = []
+    for name in names:
+        func = getattr(lib, f"ggml_cpu_has_{name}", None)
+        if func is not None and func():
+            found.append(name.upper())
+    return found

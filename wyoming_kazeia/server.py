@@ -23,7 +23,26 @@ ATTRIBUTION = Attribution(
 
 
 def build_info(service: TtsService) -> Info:
-    """What `describe` answers: one TTS program with one voice per speaker and language."""
+    """What `describe` answers: one TTS program with one voice per speaker and language.
+
+    While the model loads, the program is there but not installed, with no voices, and its
+    description says how far the loading is: Home Assistant adds a service only once it has an
+    installed program, and a user sees why it is not ready yet."""
+    model = service.model_name or "Qwen3-TTS 12 Hz"
+    if not service.ready:
+        return Info(
+            tts=[
+                TtsProgram(
+                    name="kazeia",
+                    description=f"{model} on Kazeia (loading: {service.loading})",
+                    attribution=ATTRIBUTION,
+                    installed=False,
+                    version=__version__,
+                    voices=[],
+                    supports_synthesize_streaming=True,
+                )
+            ]
+        )
     voices = [
         TtsVoice(
             name=voice.name,
@@ -39,7 +58,7 @@ def build_info(service: TtsService) -> Info:
         tts=[
             TtsProgram(
                 name="kazeia",
-                description="Qwen3-TTS 12 Hz on Kazeia's native ggml engine (local, streaming)",
+                description=f"{model} on Kazeia's native ggml engine (local, streaming)",
                 attribution=ATTRIBUTION,
                 installed=True,
                 version=__version__,
@@ -57,9 +76,9 @@ async def serve(
     zeroconf_name: str | None = None,
     ready: asyncio.Event | None = None,
 ) -> None:
-    """Serves until cancelled (or, for stdio://, until the input ends)."""
-    info = build_info(service)
-    handler = partial(KazeiaEventHandler, info, service, samples_per_chunk)
+    """Serves until cancelled (or, for stdio://, until the input ends). The socket is bound
+    before `ready` is set, whether or not the service has its model yet."""
+    handler = partial(KazeiaEventHandler, _InfoCache(service), service, samples_per_chunk)
     if urlparse(uri).scheme == "stdio":
         await _serve_stdio(handler, ready)
         return
@@ -68,13 +87,28 @@ async def serve(
         await _register_zeroconf(server, zeroconf_name)
     # asyncio's default stream limit (64 KiB) is the handler's MAX_HEADER_BYTES.
     await server.start(handler)
-    _LOGGER.info("ready: %s (%d voices)", uri, len(info.tts[0].voices))
+    _LOGGER.info("listening on %s", uri)
     if ready is not None:
         ready.set()
     try:
         await asyncio.Event().wait()
     finally:
         await server.stop()
+
+
+class _InfoCache:
+    """`describe`'s answer, rebuilt only when the service says it changed."""
+
+    def __init__(self, service: TtsService) -> None:
+        self._service = service
+        self._revision = -1
+        self._info: Info | None = None
+
+    def __call__(self) -> Info:
+        if self._info is None or self._revision != self._service.revision:
+            self._revision = self._service.revision
+            self._info = build_info(self._service)
+        return self._info
 
 
 async def _serve_stdio(handler: partial[KazeiaEventHandler], ready: asyncio.Event | None) -> None:

@@ -15,6 +15,11 @@ have ended before it starts the next one, so nothing keeps running for a gone cl
 Settings and the default voice can change while the service runs (the MQTT bridge does it);
 they apply from the next synthesis on. Listeners are called on the event loop whenever the
 status (state, queue depth, last metrics) or the settings change.
+
+A service may start without its engine (`TtsService(max_queue=8)`): the server answers
+`describe` at once on a first start while the model is downloaded, converted and loaded
+(`set_loading` says how far along), then `attach` makes it ready. Until then a synthesis is
+refused with `NotReadyError`.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .engine import Engine, Synthesis, SynthesisMetrics
-from .errors import ServiceBusyError
+from .errors import NotReadyError, ServiceBusyError
 from .settings import EngineSettings
 from .voices import VoiceCatalog
 
@@ -100,20 +105,56 @@ class AudioStream:
 
 class TtsService:
     def __init__(
-        self, engine: Engine, default_voice: str | None = None, max_queue: int = 8
+        self,
+        engine: Engine | None = None,
+        default_voice: str | None = None,
+        max_queue: int = 8,
+        model_name: str = "",
     ) -> None:
-        self.engine = engine
-        self.voices = VoiceCatalog(engine.speakers, engine.languages)
-        self._default_voice = self.voices.get(default_voice or engine.speakers[0]).name
-        self._settings = engine.settings
         self.max_queue = max_queue
         self.status = ServiceStatus()
+        self.loading = "starting"  # what a service without its engine is doing
+        self.model_name = model_name  # e.g. "Qwen3-TTS 0.6B CustomVoice, q8_0"
+        self.revision = 0  # bumped whenever what `describe` answers changes
+        self._engine: Engine | None = None
+        self.voices = VoiceCatalog([], [])
+        self._default_voice = ""
+        self._settings = EngineSettings()
         self._waiting = 0  # queued, not started
         self._running = 0  # 0 or 1
         self._listeners: list[Callable[[], None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kazeia-engine")
+        if engine is not None:
+            self.attach(engine, default_voice, model_name)
 
-    # -- model facts -----------------------------------------------------------------------
+    # -- the model -------------------------------------------------------------------------
+
+    def attach(
+        self, engine: Engine, default_voice: str | None = None, model_name: str = ""
+    ) -> None:
+        """Makes the service ready with `engine` (VoiceError for an unknown default voice)."""
+        voices = VoiceCatalog(engine.speakers, engine.languages)
+        self._default_voice = voices.get(default_voice or voices.default).name
+        self.voices, self._settings, self._engine = voices, engine.settings, engine
+        self.model_name = model_name or self.model_name
+        self.loading = ""
+        self.revision += 1
+        self._notify()
+
+    def set_loading(self, text: str) -> None:
+        """What the first start is doing ("downloading ... 35%"), for `describe` and logs."""
+        self.loading = text
+        self.revision += 1
+
+    @property
+    def ready(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise NotReadyError(f"the model is not ready yet: {self.loading}")
+        return self._engine
 
     @property
     def sample_rate(self) -> int:
@@ -162,7 +203,10 @@ class TtsService:
     def resolve_voice(
         self, name: str | None, speaker: str | None = None, language: str | None = None
     ) -> tuple[str, str]:
-        """(speaker, language) of a request; VoiceError names the valid choices."""
+        """(speaker, language) of a request; VoiceError names the valid choices (NotReadyError
+        before the model is loaded)."""
+        if not self.ready:
+            raise NotReadyError(f"the model is not ready yet: {self.loading}")
         return self.voices.resolve(name, speaker, language, default=self._default_voice)
 
     def synthesize(

@@ -76,8 +76,10 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _opt(env: str, doc: str, bounds: Bounds, **kw: Any) -> Any:
-    return field(metadata={"env": env, "doc": doc, "bounds": bounds}, **kw)
+def _opt(env: str, doc: str, bounds: Bounds, advanced: bool = False, **kw: Any) -> Any:
+    """A setting: its variable, its help, its bounds; `advanced` ones are developer knobs
+    (listed apart in --help)."""
+    return field(metadata={"env": env, "doc": doc, "bounds": bounds, "advanced": advanced}, **kw)
 
 
 @dataclass(frozen=True)
@@ -107,12 +109,14 @@ class EngineSettings:
         "KZTTS_DECODER_SUBPROC",
         "decode in a kazeia-decoder subprocess (one pass at the end)",
         Bounds(),
+        advanced=True,
         default=False,
     )
     seed: int | None = _opt(
         "KZTTS_SEED",
         "sampling seed (unset: random per synthesis)",
         Bounds(0, optional=True),
+        advanced=True,
         default=None,
     )
     temperature: float | None = _opt(
@@ -138,17 +142,21 @@ class EngineSettings:
         "KZTTS_REPETITION_PENALTY",
         "repetition penalty on code 0 (unset: model)",
         Bounds(0, low_open=True, optional=True),
+        advanced=True,
         default=None,
     )
     max_frames: int = _opt(
         "KZTTS_MAX_FRAMES",
         "frame cap per synthesis; 0: bound by text length",
         Bounds(0),
+        advanced=True,
         default=0,
     )
     # ggml from PyPI (libggml-python) ships only its CPU backend, and the decoder's own kernels
     # are CPU code: cpu is the one backend there is to offer.
-    backend: str = _opt("KZTTS_BACKEND", "compute backend", Bounds(choices=BACKENDS), default="cpu")
+    backend: str = _opt(
+        "KZTTS_BACKEND", "compute backend", Bounds(choices=BACKENDS), advanced=True, default="cpu"
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -157,6 +165,11 @@ class EngineSettings:
                     f"invalid {f.name} ({f.metadata['env']}) = {getattr(self, f.name)!r}; "
                     f"allowed: {_allowed(f)}"
                 )
+
+    @staticmethod
+    def is_advanced(name: str) -> bool:
+        """A developer knob rather than a user's setting."""
+        return bool(_field(name).metadata["advanced"])
 
     @staticmethod
     def bounds(name: str) -> Bounds:
@@ -200,16 +213,30 @@ def add_env_argument(
     """A command-line flag whose default is environment variable `env`, else `default`; the
     help names both. A variable's text goes through `type` like a flag's, so a bad value is
     argparse's usual one-line error."""
-    shown = "" if default is None else f"; default {default}"
+    shown = "" if default is None else f"; default {default}".replace("%", "%%")
     group.add_argument(
         flag, default=os.environ.get(env, default), help=f"{help} ({env}{shown})", **kwargs
     )
 
 
-def parse_setting(name: str, raw: str) -> Any:
+def parse_setting(name: str, raw: str, origin: str | None = None) -> Any:
     """The value of setting `name` written as text (a flag or a command), validated for type
-    (range checks happen when the settings object is built)."""
-    return _parse(_field(name), raw)
+    and bounds; an error names `origin` (e.g. "--threads"), by default the variable."""
+    f = _field(name)
+    value = _parse(f, raw, origin)
+    if origin is not None and not f.metadata["bounds"].allows(value):
+        raise SettingsError(f"invalid {origin} {raw!r}; allowed: {_allowed(f)}")
+    return value
+
+
+def env_flag(env: str) -> bool:
+    """A true/false environment variable (unset: false); SettingsError names it."""
+    raw = os.environ.get(env, "").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"invalid {env}={raw!r}; allowed: true|false")
 
 
 def _field(name: str) -> dataclasses.Field[Any]:
@@ -230,7 +257,7 @@ def _allowed(f: dataclasses.Field[Any]) -> str:
     return text
 
 
-def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
+def _parse(f: dataclasses.Field[Any], raw: str, origin: str | None = None) -> Any:
     text = raw.strip()
     kind = _kind(f)
     try:
@@ -249,6 +276,5 @@ def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
             return float(text)
         return text
     except ValueError:
-        raise SettingsError(
-            f"invalid {f.metadata['env']}={raw!r} for {f.name}; allowed: {_allowed(f)}"
-        ) from None
+        where = f"{f.metadata['env']}={raw!r}" if origin is None else f"{origin} {raw!r}"
+        raise SettingsError(f"invalid {where} for {f.name}; allowed: {_allowed(f)}") from None

@@ -1,12 +1,15 @@
 """Synthesize one text to a WAV file from the command line.
 
-    python -m wyoming_kazeia.synth --model DIR --text "..." --out out.wav [--speaker vivian]
-        [--language auto] [--stream-chunk K] [--seed N] [--decoder-subprocess] [--json-metrics]
+    python -m wyoming_kazeia.synth --text "..." --out out.wav [--model ...] [--voice vivian-fr]
+        [--speaker S] [--language L] [--stream-chunk K] [--seed N] [--decoder-subprocess]
+        [--data-dir DIR] [--json-metrics]
 
---model is a converted model directory, a Hugging Face checkpoint directory or a repo id,
-resolved as the server does (wyoming_kazeia.models) with --cache-dir (default
-~/.cache/wyoming-kazeia) as its data directory: converted once into CACHE/converted and reused.
-Metrics go to stdout (one JSON object with --json-metrics), progress to stderr.
+Models and voices are resolved exactly as the server resolves them: --model (KZTTS_MODEL, by
+default the server's default model) is a converted model directory, a Hugging Face checkpoint
+directory or a repo id, with the server's data directory (--data-dir, KZTTS_DATA_DIR) and
+weight type (KZTTS_QUANT); --voice (KZTTS_VOICE) is a voice name as the server advertises it,
+and --speaker / --language override its parts as a request's would. Metrics go to stdout (one
+JSON object with --json-metrics), progress to stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,8 +27,9 @@ import soundfile as sf
 
 from .engine import Engine
 from .errors import KazeiaError
-from .models import resolve_model
-from .settings import EngineSettings
+from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model
+from .settings import EngineSettings, add_env_argument
+from .voices import VoiceCatalog
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -37,19 +40,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", type=Path, required=True)
+    add_env_argument(parser, "--model", "KZTTS_MODEL", "as the server's --model", DEFAULT_MODEL)
     parser.add_argument("--text", required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--speaker")
-    parser.add_argument("--language", default="auto")
+    add_env_argument(parser, "--voice", "KZTTS_VOICE", "a voice name, as the server's --voice")
+    parser.add_argument("--speaker", help="overrides the voice's speaker")
+    parser.add_argument("--language", help="overrides the voice's language (e.g. fr, english)")
     parser.add_argument("--stream-chunk", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--decoder-subprocess", action="store_true")
     parser.add_argument("--json-metrics", action="store_true")
-    parser.add_argument(
-        "--cache-dir",
+    add_env_argument(
+        parser,
+        "--data-dir",
+        "KZTTS_DATA_DIR",
+        "downloaded and converted models, as the server's",
+        str(DEFAULT_DATA_DIR),
         type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wyoming-kazeia",
     )
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
@@ -67,8 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["decoder_subprocess"] = True
     try:
         settings = EngineSettings.from_env(**overrides)
-        engine = Engine(resolve_model(args.model, settings.quant, args.cache_dir), settings)
-        synthesis = engine.synthesize(args.text, speaker=args.speaker, language=args.language)
+        engine = Engine(resolve_model(args.model, settings.quant, args.data_dir), settings)
+        voices = VoiceCatalog(engine.speakers, engine.languages)
+        speaker, language = voices.resolve(args.voice, args.speaker, args.language)
+        synthesis = engine.synthesize(args.text, speaker=speaker, language=language)
         chunks = list(synthesis)
     except KazeiaError as err:
         print(f"error: {err}", file=sys.stderr)

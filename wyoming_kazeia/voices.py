@@ -19,6 +19,10 @@ from dataclasses import dataclass
 
 from .errors import VoiceError
 
+# The default voice when none is configured: the official examples' speaker when the model has
+# it, else the first speaker in alphabetical order (the order of the model's speaker table).
+DEFAULT_SPEAKER = "vivian"
+
 # The model's language names -> the codes Home Assistant uses for pipeline languages.
 LANGUAGE_CODES = {
     "chinese": "zh",
@@ -69,6 +73,11 @@ class VoiceCatalog:
             "auto": "auto",
         }
 
+    @property
+    def default(self) -> str:
+        """The voice used when none is configured (see DEFAULT_SPEAKER)."""
+        return DEFAULT_SPEAKER if DEFAULT_SPEAKER in self.speakers else self.speakers[0]
+
     def get(self, name: str) -> Voice:
         voice = self._by_name.get(name.strip().lower())
         if voice is None:
@@ -83,8 +92,8 @@ class VoiceCatalog:
         default: str | None = None,
     ) -> tuple[str, str]:
         """(speaker, model language) for a request's voice name, speaker and language; unset
-        parts come from the voice `default` (or the first speaker, automatic language)."""
-        voice = self.get(name or default or self.speakers[0])
+        parts come from the voice `default` (or the catalog's default voice)."""
+        voice = self.get(name or default or self.default)
         chosen_speaker, chosen_language = voice.speaker, voice.language
         if speaker:
             chosen_speaker = speaker.strip().lower()

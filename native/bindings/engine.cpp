@@ -194,6 +194,7 @@ void def_engine(py::module_ &m) {
           "The facts of a decoder GGUF (sample rate, hop, codebooks), checked as a load checks the "
           "file, without reading its weights (ModelError otherwise).");
     m.attr("DECODER_MAX_CHUNK_FRAMES") = DECODER_MAX_CHUNK_FRAMES;
+    m.attr("KERNEL_ISA") = kernel_isa();
     m.attr("PROMPT_ROLE_TOKENS") = PROMPT_ROLE_TOKENS;
     m.attr("PROMPT_TRAILER_TOKENS") = PROMPT_TRAILER_TOKENS;
 

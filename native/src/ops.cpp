@@ -1,4 +1,5 @@
 #include "ops.h"
+#include "kazeia/speech_decoder.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -480,6 +481,14 @@ ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
     ggml_tensor *args[4] = {q, k, v, mask};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, hd * nh, n, 1, 1, args, 4, window_attention_kernel,
                           GGML_N_TASKS_MAX, const_cast<AttentionParams *>(params));
+}
+
+const char *kernel_isa() {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    return "AVX2 FMA F16C";
+#else
+    return "portable";
+#endif
 }
 
 }  // namespace kazeia

@@ -4,7 +4,6 @@ children, report formatting."""
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import logging
 import os
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from wyoming_kazeia import native
 
 logger = logging.getLogger("bench")
 
@@ -55,23 +56,6 @@ def default_reference_python() -> Path:
     if env:
         return Path(env)
     return REPO_ROOT / "build" / "reference-venv" / "bin" / "python"
-
-
-def ggml_cpu_features() -> list[str]:
-    """The x86 features the bundled ggml CPU backend was compiled with (empty if unknown)."""
-    try:
-        from wyoming_kazeia import _native
-
-        lib = ctypes.CDLL(str(Path(_native.__file__).parent / "lib" / "libkazeia-ggml-cpu.so"))
-    except (ImportError, OSError):
-        return []
-    names = ("sse3", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512", "avx512_vnni")
-    found = []
-    for name in names:
-        func = getattr(lib, f"ggml_cpu_has_{name}", None)
-        if func is not None and func():
-            found.append(name.upper())
-    return found
 
 
 def loadavg() -> list[float]:
@@ -133,7 +117,7 @@ def machine_info() -> dict[str, Any]:
         "cpus": os.cpu_count() or 0,
         "usable_cpus": usable,
         "cpu_flags": [f.upper() for f in CPU_FLAGS if f in flags],
-        "ggml_cpu_features": ggml_cpu_features(),
+        "ggml_cpu_features": native.ggml_cpu_features(),
         "loadavg_at_start": load,
         "loadavg_at_end": [],
         "platform": platform.platform(),

@@ -68,6 +68,10 @@ class DecoderStream {
 // process that needs the decoder's facts but does not decode.
 DecoderHParams read_decoder_hparams(const std::string &path);
 
+// The instruction sets the engine's own kernels (SnakeBeta, conv_gemm, the windowed attention)
+// were built for, e.g. "AVX2 FMA F16C", or "portable" (start banners).
+const char *kernel_isa();
+
 // Largest number of frames one graph evaluates; longer pushes are split (memory bound).
 inline constexpr int64_t DECODER_MAX_CHUNK_FRAMES = 16;
 
