@@ -15,12 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+from kazeia_dev.random_checkpoint import main as random_checkpoint
 from wyoming.client import AsyncClient
 from wyoming.tts import Synthesize, SynthesizeVoice
 
 from wyoming_kazeia.health_check import probe
 from wyoming_kazeia.models import DEFAULT_MODEL
 from wyoming_kazeia.settings import EngineSettings
+from wyoming_kazeia.voices import DEFAULT_SPEAKER
 
 SERVER = [sys.executable, "-m", "wyoming_kazeia"]
 FRAMES = ["--max-frames", "6", "--seed", "1"]
@@ -170,13 +172,17 @@ async def synthesize(uri: str, text: str) -> int:
 def test_repo_id_checkpoint_is_converted_once_then_served_over_unix_socket(
     tiny_model: Path, tmp_path: Path
 ) -> None:
-    """A repo id whose checkpoint is already in the data dir: converted once, cached."""
+    """A repo id whose checkpoint is already in the data dir: converted once, its source
+    recorded; the second start uses the conversion alone (the checkpoint deleted, offline)."""
     data = tmp_path / "data"
     ckpt = tiny_model.parent / "ckpt"
-    shutil.copytree(ckpt, data / "hf" / DEFAULT_MODEL.replace("/", "--"))
+    legacy = data / "hf" / DEFAULT_MODEL.replace("/", "--")
+    shutil.copytree(ckpt, legacy)
     sock = tmp_path / "tts.sock"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "KZTTS_QUANT": "q8_0"}
-    for _ in range(2):
+    for start in range(2):
+        if start == 1:
+            shutil.rmtree(legacy)
         proc = subprocess.Popen(
             [*SERVER, "--uri", f"unix://{sock}", "--data-dir", str(data), *FRAMES],
             stderr=subprocess.PIPE,
@@ -191,7 +197,27 @@ def test_repo_id_checkpoint_is_converted_once_then_served_over_unix_socket(
             _, stderr = proc.communicate(timeout=30)
         assert proc.returncode == 0, stderr
     converted = list((data / "converted").iterdir())
-    assert len(converted) == 1 and "q8_0" in converted[0].name
+    assert [c.name for c in converted] == [DEFAULT_MODEL.replace("/", "--") + "-q8_0"]
+    source = json.loads((converted[0] / "source.json").read_text())
+    assert source["repo_id"] == DEFAULT_MODEL and source["quant"] == "q8_0"
+
+
+def test_a_checkpoint_of_a_kind_it_cannot_serve_is_refused_before_converting(
+    tmp_path: Path,
+) -> None:
+    base = tmp_path / "base"
+    assert random_checkpoint([str(base), "--size", "tiny", "--variant", "base", "-q"]) == 0
+    result = run_cli("--model", str(base), "--data-dir", str(tmp_path / "d"), *free_uri())
+    one_line_error(result, "a 'base' checkpoint")
+    assert not (tmp_path / "d" / "converted").exists() or not any(
+        (tmp_path / "d" / "converted").iterdir()
+    )
+
+
+def test_readme_documents_the_default_voice_of_the_code() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `--voice`"))
+    assert f"`{DEFAULT_SPEAKER}`" in row
 
 
 def test_sigterm_during_a_synthesis_stops_promptly(tiny_model: Path, tmp_path: Path) -> None:

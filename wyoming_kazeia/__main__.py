@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import platform
 import signal
 import sys
@@ -303,13 +304,9 @@ def _warm_up(service: TtsService) -> float:
 
 def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) -> None:
     s = service.settings
+    where = origin if origin == str(model_dir) else f"{origin}, {model_dir}"
     _LOGGER.info(
-        "Kazeia TTS %s ready in %.1f s: %s (%s, %s)",
-        __version__,
-        load_s,
-        service.model_name,
-        origin,
-        model_dir,
+        "Kazeia TTS %s ready in %.1f s: %s (%s)", __version__, load_s, service.model_name, where
     )
     _LOGGER.info(
         "threads %d generator + %d decoder, stream chunk %d; default voice %s of %d voices",
@@ -321,10 +318,20 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
     )
     _LOGGER.info(
         "CPU: %s; ggml CPU backend: %s; own kernels: %s",
-        platform.processor() or platform.machine(),
+        _cpu_name(),
         " ".join(ggml_cpu_features()) or "unknown",
         KERNEL_ISA,
     )
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else its architecture."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model"):
+                return f"{value.strip()} ({os.cpu_count()} CPUs)"
+    return f"{platform.machine()} ({os.cpu_count()} CPUs)"
 
 
 def run() -> None:

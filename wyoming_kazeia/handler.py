@@ -81,7 +81,7 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
         return None
     try:
         header = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than JSON allows
         raise ProtocolError("malformed event header: not JSON") from None
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise ProtocolError("malformed event header: not a JSON object with a 'type'")
@@ -94,7 +94,7 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
         if data_length:
             try:
                 extra = json.loads(await reader.readexactly(data_length))
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ProtocolError("malformed event data: not JSON") from None
             if not isinstance(extra, dict):
                 raise ProtocolError("malformed event data: not a JSON object")
@@ -107,7 +107,7 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
 
 def _length(header: dict[str, Any], key: str, limit: int) -> int:
     value = header.get(key) or 0
-    if not isinstance(value, int) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ProtocolError(f"malformed event header: bad {key} {value!r}")
     if value > limit:
         raise ProtocolError(f"event {key} {value} exceeds the limit of {limit} bytes")
@@ -150,7 +150,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         self.finish_on_eof = finish_on_eof
         self._to_speak: asyncio.Queue[Any] = asyncio.Queue()
         self._speaking: asyncio.Task[None] | None = None
-        self._stream: SentenceBoundaryDetector | None = None
+        self._stream: StreamSentences | None = None
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_ok = False
         self._peer = str(writer.get_extra_info("peername") or "local")
@@ -171,6 +171,9 @@ class KazeiaEventHandler(AsyncEventHandler):
                     break
                 if not await self.handle_event(event):
                     break
+                # One event at a time: a client that sends thousands at once must not keep
+                # the loop from every other connection.
+                await asyncio.sleep(0)
         except ConnectionError:
             pass
         finally:
@@ -202,14 +205,14 @@ class KazeiaEventHandler(AsyncEventHandler):
             await self.write_event(Pong(text=Ping.from_event(event).text).event())
         elif SynthesizeStart.is_type(event.type):
             start = _parse(SynthesizeStart, event)
-            self._stream, self._stream_voice = SentenceBoundaryDetector(), start.voice
+            self._stream, self._stream_voice = StreamSentences(), start.voice
             # Check the voice now: one error for the stream, not one per sentence.
             self._stream_ok = await self._check_voice(start.voice)
         elif SynthesizeChunk.is_type(event.type):
             chunk = _parse(SynthesizeChunk, event)
             if self._stream is None:
                 raise ProtocolError("synthesize-chunk outside a synthesize-start/stop stream")
-            for sentence in self._stream.add_chunk(chunk.text):
+            for sentence in self._stream.add(chunk.text):
                 self._speak(sentence, self._stream_voice)
         elif Synthesize.is_type(event.type):
             request = _parse(Synthesize, event)
@@ -220,7 +223,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         elif SynthesizeStop.is_type(event.type):
             if self._stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
-            self._speak(self._stream.finish(), self._stream_voice)
+            for sentence in self._stream.finish():
+                self._speak(sentence, self._stream_voice)
             self._stream = None
             self._queue(_STOPPED)
         else:
@@ -297,9 +301,12 @@ class KazeiaEventHandler(AsyncEventHandler):
             if utterance.one_shot:  # the connection closes after the error: no audio-stop
                 await self._refuse(err, mode)
                 return False
-            if started:  # audio already begun: close it so the client's WAV stays valid
-                await self.write_event(AudioStop().event())
+            # The error first: a client that stops reading at audio-stop has seen it, and does
+            # not take a partial answer for a complete one. Then the begun audio is closed so
+            # that its WAV stays valid; the stream goes on.
             await self._refuse(err, mode)
+            if started:
+                await self.write_event(AudioStop().event())
             return False
         _LOGGER.info(
             "%s request from %s: voice %s, speaker %s, language %s, %d characters: spoken",
@@ -326,16 +333,47 @@ class KazeiaEventHandler(AsyncEventHandler):
             await self.write_event(Error(text=text, code=code).event())
 
 
+class StreamSentences:
+    """The sentences of text streamed in chunks (rhasspy's sentence-stream), in linear time
+    and with early audio whatever the text: its detector searches the whole text it holds on
+    every chunk, so it is fed at most MAX_SENTENCE_CHARS at a time, and the text it holds
+    without a sentence end (a markdown list, an answer without punctuation) is cut as
+    split_sentences cuts it once it passes MAX_SENTENCE_CHARS."""
+
+    def __init__(self) -> None:
+        self._detector = SentenceBoundaryDetector()
+
+    def add(self, chunk: str) -> list[str]:
+        out: list[str] = []
+        for at in range(0, len(chunk), MAX_SENTENCE_CHARS):
+            out.extend(self._detector.add_chunk(chunk[at : at + MAX_SENTENCE_CHARS]))
+            held = self._detector.current_sentence + self._detector.remaining_text
+            if len(held) > MAX_SENTENCE_CHARS:
+                head, rest = _cut(held)
+                out.append(head)
+                self._detector.current_sentence, self._detector.remaining_text = "", rest
+        return [s for s in out if s]
+
+    def finish(self) -> list[str]:
+        return split_sentences(self._detector.finish())
+
+
+def _cut(text: str) -> tuple[str, str]:
+    """The text before its last space or comma (ASCII or CJK) within MAX_SENTENCE_CHARS (or at
+    MAX_SENTENCE_CHARS when it has none), and the rest."""
+    head = text[:MAX_SENTENCE_CHARS]
+    cut = max(head.rfind(c) for c in (" ", ",", "\uff0c", "\u3001"))  # also ， and 、
+    cut = cut + 1 if cut > 0 else MAX_SENTENCE_CHARS
+    return text[:cut].strip(), text[cut:].lstrip()
+
+
 def split_sentences(text: str) -> list[str]:
     """The sentences of a text (rhasspy's sentence-stream), none over MAX_SENTENCE_CHARS."""
     pieces: list[str] = []
     for sentence in stream_to_sentences([text]):
         while len(sentence) > MAX_SENTENCE_CHARS:
-            head = sentence[:MAX_SENTENCE_CHARS]
-            cut = max(head.rfind(c) for c in (" ", ",", "\uff0c", "\u3001"))  # also ， and 、
-            cut = cut + 1 if cut > 0 else MAX_SENTENCE_CHARS  # no break: cut anyway
-            pieces.append(sentence[:cut].strip())
-            sentence = sentence[cut:].strip()
+            head, sentence = _cut(sentence)
+            pieces.append(head)
         if sentence:
             pieces.append(sentence)
     return pieces
@@ -347,7 +385,25 @@ def _voice_parts(voice: SynthesizeVoice | None) -> tuple[str | None, str | None,
     return voice.name, voice.speaker, voice.language
 
 
+def _check_fields(event: Event) -> None:
+    """ProtocolError unless a request's fields have their JSON types: wyoming's parsers take
+    whatever they are given, and a number or a list where a string belongs would fail later,
+    in the engine, or be taken silently."""
+    data = event.data
+    if event.type in ("synthesize", "synthesize-chunk") and not isinstance(data.get("text"), str):
+        raise ProtocolError(f"malformed {event.type} event: 'text' must be a string")
+    voice = data.get("voice")
+    if voice is None:
+        return
+    if not isinstance(voice, dict):
+        raise ProtocolError(f"malformed {event.type} event: 'voice' must be an object")
+    for key in ("name", "speaker", "language"):
+        if voice.get(key) is not None and not isinstance(voice[key], str):
+            raise ProtocolError(f"malformed {event.type} event: voice '{key}' must be a string")
+
+
 def _parse(kind: Any, event: Event) -> Any:
+    _check_fields(event)
     try:
         return kind.from_event(event)
     except (KeyError, TypeError, ValueError, AttributeError) as err:

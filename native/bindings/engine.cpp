@@ -78,10 +78,11 @@ GenerationOptions options_from(const std::string &speaker, const std::string &la
 }
 
 py::array_t<int32_t> frames_to_numpy(const std::vector<Frame> &frames) {
-    py::array_t<int32_t> out({(py::ssize_t)frames.size(), (py::ssize_t)16});
+    constexpr py::ssize_t codes = std::tuple_size_v<Frame>;  // per frame (the model's groups)
+    py::array_t<int32_t> out({(py::ssize_t)frames.size(), codes});
     auto r = out.mutable_unchecked<2>();
     for (size_t t = 0; t < frames.size(); ++t)
-        for (int g = 0; g < 16; ++g) r(t, g) = frames[t][g];
+        for (py::ssize_t g = 0; g < codes; ++g) r(t, g) = frames[t][g];
     return out;
 }
 
@@ -108,7 +109,7 @@ class FrameIterator {
             session_.reset();  // frees the KV caches and threads now
             throw py::stop_iteration();
         }
-        py::array_t<int32_t> out(16);
+        py::array_t<int32_t> out((py::ssize_t)f->size());
         std::copy(f->begin(), f->end(), out.mutable_data());
         return out;
     }
@@ -277,7 +278,8 @@ void def_engine(py::module_ &m) {
                 out["step_embeds"] = floats(trace.step_embeds, {(py::ssize_t)trace.step_embeds.size() / d, d});
                 out["talker_logits"] = floats(trace.talker_logits, {(py::ssize_t)trace.talker_logits.size() / vocab, vocab});
                 out["talker_hidden"] = floats(trace.talker_hidden, {(py::ssize_t)trace.talker_hidden.size() / d, d});
-                out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (15 * cpv), 15, cpv});
+                const py::ssize_t heads = g.hparams().num_code_groups - 1;  // predictor heads
+                out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (heads * cpv), heads, cpv});
                 return out;
             },
             py::arg("input_ids"), py::arg("speaker"), py::arg("language") = "auto",

@@ -67,17 +67,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
+def _wait_until_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
+    """Until the server answers describe with its model loaded (it listens before that)."""
+    from wyoming_kazeia.health_check import probe
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise BenchError(f"the server exited with {proc.returncode} (see its log)")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        info = asyncio.run(probe(f"tcp://127.0.0.1:{port}", 1.0))
+        if info is not None and any(tts.installed for tts in info.tts):
             return
-        except OSError:
-            time.sleep(0.2)
-    raise BenchError("the server did not start listening")
+        time.sleep(0.2)
+    raise BenchError("the server did not get ready")
 
 
 def parse_wyoming_bench(text: str) -> dict[str, dict[str, float]]:
@@ -158,7 +160,7 @@ def bench_server(args: argparse.Namespace) -> int:
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=REPO_ROOT)
         try:
-            _wait_for_port(port, proc)
+            _wait_until_ready(port, proc)
             bench = [
                 str(Path(sys.executable).with_name("wyoming-bench")),
                 "tts",
