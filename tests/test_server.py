@@ -39,7 +39,7 @@ from wyoming.tts import (
 )
 
 from wyoming_kazeia.engine import Engine
-from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, split_sentences
+from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, StreamSentences, split_sentences
 from wyoming_kazeia.server import serve
 from wyoming_kazeia.service import TtsService
 from wyoming_kazeia.settings import EngineSettings
@@ -282,7 +282,69 @@ def test_streaming_text_speaks_each_sentence_as_it_completes(
         assert np.array_equal(audio, engine_pcm(engine, sentence, "vivian", "english"))
 
 
+def test_an_unpunctuated_stream_gets_early_audio(server: ServerThread) -> None:
+    """An answer without sentence ends (a markdown list, say) is spoken in pieces of at most
+    MAX_SENTENCE_CHARS as its text arrives, not all at the end."""
+    words = " ".join(f"item{i}" for i in range(200))  # ~1.3k characters, no punctuation
+
+    async def go() -> list[Event]:
+        async with AsyncClient.from_uri(server.uri) as client:
+            await client.write_event(SynthesizeStart().event())
+            for at in range(0, len(words), 50):
+                await client.write_event(SynthesizeChunk(words[at : at + 50]).event())
+            # Audio while the stream is still open.
+            early = await read_until(client, "audio-start", timeout=30)
+            await client.write_event(SynthesizeStop().event())
+            return early + await read_until(client, "synthesize-stopped")
+
+    events = run(go())
+    types = [e.type for e in events]
+    assert "audio-start" in types and types[-1] == "synthesize-stopped"
+    assert types.count("audio-start") == types.count("audio-stop") >= 3
+
+
+def test_stream_sentences_are_linear_and_bounded() -> None:
+    """2000 unpunctuated chunks of 500 characters: split in well under a second, every piece
+    at most MAX_SENTENCE_CHARS, no text lost."""
+    stream = StreamSentences()
+    chunk = ("word " * 100).strip() + " "
+    start = time.monotonic()
+    pieces = [s for _ in range(2000) for s in stream.add(chunk)] + stream.finish()
+    assert time.monotonic() - start < 2.0
+    assert max(len(p) for p in pieces) <= MAX_SENTENCE_CHARS
+    assert " ".join(pieces).split() == (chunk * 2000).split()
+
+
 # -- never block, never lose ------------------------------------------------------------------
+
+
+def test_describe_stays_fast_while_a_client_floods_a_stream(server: ServerThread) -> None:
+    """One client streams 1 MB of unpunctuated text in 2000 chunks; another client's describe
+    is answered in under 100 ms all along."""
+    chunk = SynthesizeChunk(("word " * 100).strip() + " ").event()
+
+    async def flood() -> None:
+        async with AsyncClient.from_uri(server.uri) as client:
+            await client.write_event(SynthesizeStart().event())
+            for _ in range(2000):
+                await client.write_event(chunk)
+            await asyncio.sleep(0.5)
+
+    async def go() -> list[float]:
+        flooding = asyncio.create_task(flood())
+        latencies: list[float] = []
+        while not flooding.done():
+            async with AsyncClient.from_uri(server.uri) as bystander:
+                start = time.monotonic()
+                await bystander.write_event(Describe().event())
+                await read_until(bystander, "info")
+                latencies.append(time.monotonic() - start)
+            await asyncio.sleep(0.02)
+        await flooding
+        return latencies
+
+    latencies = run(go())
+    assert len(latencies) >= 5 and max(latencies) < 0.1, latencies
 
 
 def test_describe_answers_fast_during_a_synthesis(server: ServerThread) -> None:

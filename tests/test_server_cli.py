@@ -68,6 +68,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], message: str) -> No
         (["--uri", "http://127.0.0.1:10200"], "invalid --uri 'http://127.0.0.1:10200'"),
         (["--uri", "tcp://127.0.0.1:99999"], "invalid --uri 'tcp://127.0.0.1:99999'"),
         (["--uri", "tcp://127.0.0.1"], "tcp:// needs HOST:PORT"),
+        (["--uri", "unix://" + __file__], "exists and is not a socket"),
     ],
 )
 def test_bad_startup_fails_fast_with_one_line(
@@ -75,6 +76,7 @@ def test_bad_startup_fails_fast_with_one_line(
 ) -> None:
     uri = ["--uri", f"tcp://127.0.0.1:{free_port()}"]
     one_line_error(run_cli("--data-dir", str(tmp_path), *uri, *args), message)
+    assert Path(__file__).is_file()  # a --uri unix:// at a regular file left it alone
 
 
 def test_a_bad_variable_is_named(tmp_path: Path) -> None:

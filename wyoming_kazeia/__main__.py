@@ -148,8 +148,12 @@ def check_uri(uri: str) -> None:
         if not parsed.hostname or port is None:
             raise SettingsError(f"invalid --uri {uri!r}: tcp:// needs HOST:PORT")
     elif parsed.scheme == "unix":
-        if not (parsed.netloc + parsed.path):
+        path = Path(parsed.netloc + parsed.path)
+        if not str(path):
             raise SettingsError(f"invalid --uri {uri!r}: unix:// needs a PATH")
+        # The server replaces a stale socket at PATH: never a file that is something else.
+        if (path.exists() or path.is_symlink()) and not path.is_socket():
+            raise SettingsError(f"invalid --uri {uri!r}: {path} exists and is not a socket")
     elif parsed.scheme != "stdio":
         raise SettingsError(f"invalid --uri {uri!r}: use tcp://HOST:PORT, unix://PATH or stdio://")
 

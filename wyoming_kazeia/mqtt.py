@@ -48,6 +48,7 @@ from .settings import EngineSettings, SettingsError, add_env_argument
 
 _LOGGER = logging.getLogger(__name__)
 
+_LOGGED_CHARS = 80  # of a rejected command's payload
 _NODE_ID = re.compile(r"^[A-Za-z0-9_-]+$")  # what a discovery topic level allows
 
 
@@ -501,7 +502,16 @@ class MqttBridge:
             try:
                 entity.command(text)
             except ValueError as err:  # SettingsError and VoiceError are ValueErrors
-                _LOGGER.warning("MQTT: rejected %s = %r: %s", entity.key, text, err)
+                # A hostile payload may be a megabyte: the log gets its head and its size.
+                shown = text if len(text) <= _LOGGED_CHARS else f"{text[:_LOGGED_CHARS]}..."
+                reason = str(err)[: 2 * _LOGGED_CHARS]
+                _LOGGER.warning(
+                    "MQTT: rejected %s = %r (%d characters): %s",
+                    entity.key,
+                    shown,
+                    len(text),
+                    reason,
+                )
                 # Home Assistant may show the rejected value until it gets the real one.
                 await self._publish_state(client, entity, force=True)
             else:
