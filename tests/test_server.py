@@ -39,6 +39,7 @@ from wyoming.tts import (
 )
 
 from wyoming_kazeia.engine import Engine
+from wyoming_kazeia.errors import SlowClientError
 from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, StreamSentences, split_sentences
 from wyoming_kazeia.server import serve
 from wyoming_kazeia.service import TtsService
@@ -390,6 +391,78 @@ def test_concurrent_clients_each_get_their_own_audio(server: ServerThread, engin
         assert np.array_equal(audio_of(events), engine_pcm(engine, text, speaker, language))
 
 
+def test_pipelined_requests_count_against_the_queue(engine: Engine) -> None:
+    """30 requests pipelined on one connection with --max-queue 1: two are admitted (one
+    running, one waiting), the third is refused in turn and the connection ends there."""
+    engine.apply_settings(EngineSettings(max_frames=FRAMES, seed=11))
+    running = ServerThread(TtsService(engine, max_queue=1), f"tcp://127.0.0.1:{free_port()}")
+    try:
+        request = json.dumps({"type": "synthesize", "data": {"text": "Hello."}}).encode() + b"\n"
+        headers, closed = run(raw_exchange(running.uri, request * 30))
+    finally:
+        running.stop()
+    types = [h["type"] for h in headers]
+    assert types.count("audio-stop") == 2 and types[-1] == "error" and closed
+    assert headers[-1]["data"]["code"] == "server-busy"
+    assert running.service.status.served == 2
+
+
+def test_an_answer_is_never_split_by_other_requests(server: ServerThread) -> None:
+    """Once a three-sentence answer has started, four other clients' requests wait until it
+    has ended: its sentences follow each other on the engine."""
+    server.service.update_settings(max_frames=60)
+
+    async def other(ends: dict[str, float], name: str) -> None:
+        async with AsyncClient.from_uri(server.uri) as client:
+            await client.write_event(Synthesize(f"I am {name}.").event())
+            await read_until(client, "audio-chunk")
+            ends[name] = time.monotonic()
+            await read_until(client, "audio-stop")
+
+    async def go() -> tuple[float, dict[str, float]]:
+        firsts: dict[str, float] = {}
+        async with AsyncClient.from_uri(server.uri) as client:
+            await client.write_event(Synthesize("One is first. Two is next. Three ends.").event())
+            await read_until(client, "audio-chunk")
+            others = [asyncio.create_task(other(firsts, f"client {i}")) for i in range(4)]
+            await read_until(client, "audio-stop")
+            answer_end = time.monotonic()
+        await asyncio.gather(*others)
+        return answer_end, firsts
+
+    answer_end, firsts = run(go())
+    assert len(firsts) == 4 and all(t > answer_end for t in firsts.values())
+
+
+def test_unread_audio_is_bounded(engine: Engine) -> None:
+    """A client that reads nothing: its synthesis is cancelled once it has left
+    max_unsent_bytes unread, and it is told why when it reads."""
+    engine.apply_settings(EngineSettings(max_frames=400, seed=11))
+    service = TtsService(engine, max_unsent_bytes=100_000)  # ~2 s of audio
+
+    async def go() -> tuple[int, BaseException | None]:
+        audio = service.synthesize("Nobody reads this long answer.")
+        deadline = time.monotonic() + 30
+        while service.status.state != "idle" or service.status.queue_depth:
+            assert time.monotonic() < deadline, "the synthesis was not cancelled"
+            await asyncio.sleep(0.05)
+        received = 0
+        try:
+            async for pcm in audio:
+                received += len(pcm)
+        except SlowClientError as err:
+            return received, err
+        return received, None
+
+    try:
+        received, err = run(go())
+    finally:
+        service.shutdown()
+    assert err is not None and "unread" in str(err)
+    assert 0 < received <= 100_000  # what it was given before the bound; the rest never made
+    assert service.status.served == 0
+
+
 def test_disconnect_cancels_the_synthesis(server: ServerThread) -> None:
     server.service.update_settings(max_frames=2000)  # ~6 s if it kept running
 
@@ -594,6 +667,8 @@ async def raw_exchange(uri: str, data: bytes) -> tuple[list[dict[str, Any]], boo
             header = json.loads(line)
             if header.get("data_length"):
                 header["data"] = json.loads(await reader.readexactly(header["data_length"]))
+            if header.get("payload_length"):
+                await reader.readexactly(header["payload_length"])
             headers.append(header)
     except TimeoutError:
         return headers, False

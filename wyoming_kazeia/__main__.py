@@ -83,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
     )
     add(
+        "--max-unsent-mb",
+        "KZTTS_MAX_UNSENT_MB",
+        "audio a client may leave unread per request before its synthesis is cancelled",
+        "8",
+        type=float,
+        metavar="MB",
+    )
+    add(
         "--samples-per-chunk",
         "KZTTS_SAMPLES_PER_CHUNK",
         "samples per audio-chunk event",
@@ -173,14 +181,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = engine_settings(args)
         mqtt = MqttConfig.from_args(args)
         check_uri(args.uri)
-        if args.max_queue < 0 or args.samples_per_chunk < 1:
-            raise SettingsError("--max-queue must be >= 0 and --samples-per-chunk >= 1")
+        if args.max_queue < 0 or args.samples_per_chunk < 1 or not args.max_unsent_mb > 0:
+            raise SettingsError(
+                "--max-queue must be >= 0, --samples-per-chunk >= 1 and --max-unsent-mb > 0"
+            )
         if args.zeroconf and not args.uri.startswith("tcp://"):
             raise SettingsError("--zeroconf announces a TCP port: it needs a tcp:// --uri")
     except KazeiaError as err:
         _LOGGER.error("%s", err)
         return 1
-    service = TtsService(max_queue=args.max_queue)
+    service = TtsService(
+        max_queue=args.max_queue, max_unsent_bytes=int(args.max_unsent_mb * (1 << 20))
+    )
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_run(service, args, settings, mqtt))
     return 0

@@ -16,6 +16,7 @@ callers that catch those keep working.
     ├── EngineError         a synthesis failed (the engine stays usable)
     ├── ServiceBusyError    the queue in front of the engine is full
     ├── NotReadyError       the model is still being downloaded, converted or loaded
+    ├── SlowClientError     a client left too much audio unread: its synthesis is cancelled
     └── ProtocolError       a malformed Wyoming event (answered, then the connection closes)
 
 The native extension raises `ModelError` and `InputError` as these very classes (its module
@@ -63,6 +64,10 @@ class EngineError(KazeiaError, RuntimeError):
 
 class ServiceBusyError(KazeiaError, RuntimeError):
     """The queue in front of the engine is full."""
+
+
+class SlowClientError(KazeiaError, RuntimeError):
+    """A client read none of a bounded amount of audio: its synthesis is cancelled."""
 
 
 class NotReadyError(KazeiaError, RuntimeError):

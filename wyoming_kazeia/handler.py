@@ -50,8 +50,15 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from .errors import EngineError, NotReadyError, ProtocolError, ServiceBusyError, VoiceError
-from .service import TtsService
+from .errors import (
+    EngineError,
+    NotReadyError,
+    ProtocolError,
+    ServiceBusyError,
+    SlowClientError,
+    VoiceError,
+)
+from .service import Answer, TtsService
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -118,7 +125,16 @@ def _length(header: dict[str, Any], key: str, limit: int) -> int:
 class _Utterance:
     text: str
     voice: SynthesizeVoice | None
+    answer: Answer | None  # its place in the service's queue (None: refused on arrival)
     one_shot: bool = False  # a `synthesize` request (not a sentence of a stream)
+    refusal: Exception | None = None  # why it was refused on arrival, said in turn
+
+
+@dataclass
+class _StreamEnd:
+    """The end of a stream in the speaking queue: synthesize-stopped, its place released."""
+
+    answer: Answer | None
 
 
 # The `error` code of each refusal; any other failure is "synthesis-failed".
@@ -126,10 +142,8 @@ _ERROR_CODES: dict[type[Exception], str] = {
     VoiceError: "voice-not-found",
     ServiceBusyError: "server-busy",
     NotReadyError: "model-loading",
+    SlowClientError: "client-too-slow",
 }
-
-
-_STOPPED = object()  # marks the end of a stream in the speaking queue
 
 
 class KazeiaEventHandler(AsyncEventHandler):
@@ -153,6 +167,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         self._stream: StreamSentences | None = None
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_ok = False
+        self._stream_answer: Answer | None = None
         self._peer = str(writer.get_extra_info("peername") or "local")
 
     async def run(self) -> None:
@@ -189,6 +204,13 @@ class KazeiaEventHandler(AsyncEventHandler):
             self._speaking.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await self._speaking
+        # Requests it had queued give their places back.
+        while not self._to_speak.empty():
+            item = self._to_speak.get_nowait()
+            if isinstance(item, (_Utterance, _StreamEnd)) and item.answer is not None:
+                item.answer.close()
+        if self._stream_answer is not None:
+            self._stream_answer.close()
 
     async def handle_event(self, event: Event) -> bool:
         try:
@@ -206,8 +228,10 @@ class KazeiaEventHandler(AsyncEventHandler):
         elif SynthesizeStart.is_type(event.type):
             start = _parse(SynthesizeStart, event)
             self._stream, self._stream_voice = StreamSentences(), start.voice
-            # Check the voice now: one error for the stream, not one per sentence.
-            self._stream_ok = await self._check_voice(start.voice)
+            # Check the voice and take the stream's place now: one error for the stream, not
+            # one per sentence.
+            self._stream_answer = await self._admit_stream(start.voice)
+            self._stream_ok = self._stream_answer is not None
         elif SynthesizeChunk.is_type(event.type):
             chunk = _parse(SynthesizeChunk, event)
             if self._stream is None:
@@ -219,30 +243,38 @@ class KazeiaEventHandler(AsyncEventHandler):
             # Inside a stream it repeats the streamed text: ignored. Its voice is checked where
             # it is spoken (an unknown one: an `error`, in turn with earlier requests).
             if self._stream is None:
-                self._queue(_Utterance(request.text, request.voice, one_shot=True))
+                # Its place in the queue is taken now, whatever this connection has queued
+                # before it; a refusal is said in turn with the earlier requests.
+                try:
+                    answer, refusal = self.service.admit(), None
+                except (ServiceBusyError, NotReadyError) as err:
+                    answer, refusal = None, err
+                self._queue(_Utterance(request.text, request.voice, answer, True, refusal))
         elif SynthesizeStop.is_type(event.type):
             if self._stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
             for sentence in self._stream.finish():
                 self._speak(sentence, self._stream_voice)
             self._stream = None
-            self._queue(_STOPPED)
+            self._queue(_StreamEnd(self._stream_answer))
+            self._stream_answer = None
         else:
             _LOGGER.debug("ignoring event %s", event.type)
         return True
 
-    async def _check_voice(self, voice: SynthesizeVoice | None) -> bool:
+    async def _admit_stream(self, voice: SynthesizeVoice | None) -> Answer | None:
+        """The stream's place in the queue, or None (and an `error`) when it is refused."""
         try:
             self.service.resolve_voice(*_voice_parts(voice))
-        except (VoiceError, NotReadyError) as err:
+            return self.service.admit()
+        except (VoiceError, NotReadyError, ServiceBusyError) as err:
             await self._refuse(err, "stream")
-            return False
-        return True
+            return None
 
     def _speak(self, text: str, voice: SynthesizeVoice | None) -> None:
-        """Queues a sentence of a stream; empty sentences and a refused voice say nothing."""
+        """Queues a sentence of a stream; empty sentences and a refused stream say nothing."""
         if self._stream_ok and text.strip():
-            self._queue(_Utterance(text, voice))
+            self._queue(_Utterance(text, voice, self._stream_answer))
 
     def _queue(self, item: Any) -> None:
         self._to_speak.put_nowait(item)
@@ -255,10 +287,17 @@ class KazeiaEventHandler(AsyncEventHandler):
             item = await self._to_speak.get()
             if item is None:  # end of input (stdio)
                 return
-            if item is _STOPPED:
+            if isinstance(item, _StreamEnd):
+                if item.answer is not None:
+                    item.answer.close()
                 await self.write_event(SynthesizeStopped().event())
                 continue
-            if not await self._say(item) and item.one_shot:
+            try:
+                ok = await self._say(item)
+            finally:
+                if item.one_shot and item.answer is not None:
+                    item.answer.close()
+            if not ok and item.one_shot:
                 # The end of the connection is the end Home Assistant's client sees.
                 self.writer.close()
                 return
@@ -273,10 +312,16 @@ class KazeiaEventHandler(AsyncEventHandler):
         name, speaker, language = _voice_parts(utterance.voice)
         _LOGGER.debug("%s text from %s: %r", mode, self._peer, utterance.text)
         try:
+            if utterance.refusal is not None:
+                raise utterance.refusal
             chosen = self.service.resolve_voice(name, speaker, language)
-            sentences = split_sentences(utterance.text) or [""]
-            for i, sentence in enumerate(sentences):
-                audio = self.service.synthesize(sentence, *_voice_parts(utterance.voice))
+            # Every sentence is queued at once: they follow each other on the engine with no
+            # other request in between (the service speaks an answer's sentences together).
+            audios = [
+                self.service.synthesize(sentence, name, speaker, language, answer=utterance.answer)
+                for sentence in split_sentences(utterance.text) or [""]
+            ]
+            for i, audio in enumerate(audios):
                 async with contextlib.aclosing(audio):
                     if i == 0:
                         await self.write_event(
@@ -296,7 +341,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         except (ConnectionError, asyncio.CancelledError):
             raise
         except Exception as err:  # noqa: BLE001 - one request failed
-            if not isinstance(err, (VoiceError, ServiceBusyError, NotReadyError, EngineError)):
+            if not isinstance(err, (*_ERROR_CODES, EngineError)):
                 _LOGGER.exception("synthesis failed")
             if utterance.one_shot:  # the connection closes after the error: no audio-stop
                 await self._refuse(err, mode)

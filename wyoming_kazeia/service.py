@@ -6,11 +6,16 @@
             ...
 
 Policy: the engine synthesizes one text at a time (it uses every core it is given) in its own
-thread, so the event loop always answers. Requests wait in a FIFO queue in front of it; when
-`max_queue` requests are already waiting, a new one is refused at once with `ServiceBusyError`
-(the client gets an `error`, never a hang). Leaving the async iterator early (a client that
-disconnects) cancels that synthesis within one frame; the engine thread waits until its threads
-have ended before it starts the next one, so nothing keeps running for a gone client.
+thread, so the event loop always answers. A request (a one-shot text or a stream, however many
+sentences it has) is admitted when it arrives (`admit`, an `Answer`): when `max_queue` requests
+already wait behind the running one, whatever connection they came on, a new one is refused at
+once with `ServiceBusyError` (the client gets an `error`, never a hang). Sentences wait in a FIFO
+queue, except that once an answer has started, its later sentences go before every answer that
+has not: an answer is never split by other clients' requests, and its sentences are never
+refused. Leaving the async iterator early (a client that disconnects) cancels that synthesis
+within one frame; the engine thread waits until its threads have ended before it starts the next
+one, so nothing keeps running for a gone client. Audio a client does not read is bounded
+(`max_unsent_bytes` per synthesis): past it the synthesis is cancelled with `SlowClientError`.
 
 Settings and the default voice can change while the service runs (the MQTT bridge does it);
 they apply from the next synthesis on. Listeners are called on the event loop whenever the
@@ -27,13 +32,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from .engine import Engine, Synthesis, SynthesisMetrics
-from .errors import NotReadyError, ServiceBusyError
+from .errors import NotReadyError, ServiceBusyError, SlowClientError
 from .settings import EngineSettings
 from .voices import VoiceCatalog
 
@@ -51,15 +56,37 @@ class ServiceStatus:
 _END = object()
 
 
-class _Job:
-    """One synthesis request; the engine thread runs it, the event loop consumes its audio."""
+class Answer:
+    """A request's place in the queue, from its arrival to its end: one one-shot text or one
+    stream, however many sentences. Close it when the request ends (or its client leaves)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, service: TtsService) -> None:
+        self._service = service
+        self.started = False  # the engine has begun one of its sentences
+        self.closed = False
+        # Audio of its sentences produced and not yet taken by the client, bounded by the
+        # service's max_unsent_bytes: one bound per request, however many sentences.
+        self.unsent = 0
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._service._release(self)
+
+
+class _Job:
+    """One synthesis (a sentence); the engine thread runs it, the event loop consumes its
+    audio."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, answer: Answer, max_unsent: int) -> None:
         self.loop = loop
         self.audio: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.synthesis: Synthesis | None = None
         self.lock = threading.Lock()  # orders cancel() against the synthesis being set
+        self.answer = answer
+        self.max_unsent = max_unsent
 
     def call(self, fn: Callable[..., None], *args: Any) -> None:
         """Runs fn on the event loop (the audio queue and the service's status live there)."""
@@ -68,11 +95,44 @@ class _Job:
     def put(self, item: Any) -> None:
         self.call(self.audio.put_nowait, item)
 
+    def put_audio(self, pcm: bytes) -> bool:
+        """Hands audio to the client's side; False (and the synthesis cancelled) when the
+        client has left more than max_unsent bytes unread."""
+        with self.answer.lock:
+            self.answer.unsent += len(pcm)
+            unsent = self.answer.unsent
+        if unsent > self.max_unsent:
+            self.cancelled.set()
+            self.put(
+                SlowClientError(
+                    f"the client left {unsent >> 20} MB of audio unread: its synthesis is cancelled"
+                )
+            )
+            return False
+        self.put(pcm)
+        return True
+
+    def taken(self, n: int) -> None:
+        with self.answer.lock:
+            self.answer.unsent -= n
+
     def cancel(self) -> None:
         self.cancelled.set()
         with self.lock:
             if self.synthesis is not None:
                 self.synthesis.cancel()
+
+
+@dataclass
+class _Queued:
+    """A sentence waiting for the engine."""
+
+    job: _Job
+    text: str
+    speaker: str
+    language: str
+    answer: Answer
+    own: bool  # the answer was made for this sentence alone (closed when it ends)
 
 
 class AudioStream:
@@ -94,6 +154,7 @@ class AudioStream:
         if isinstance(item, BaseException):
             self._job.audio.put_nowait(_END)
             raise item
+        self._job.taken(len(item))
         return bytes(item)
 
     async def aclose(self) -> None:
@@ -110,8 +171,10 @@ class TtsService:
         default_voice: str | None = None,
         max_queue: int = 8,
         model_name: str = "",
+        max_unsent_bytes: int = 8 << 20,
     ) -> None:
         self.max_queue = max_queue
+        self.max_unsent_bytes = max_unsent_bytes
         self.status = ServiceStatus()
         self.loading = "starting"  # what a service without its engine is doing
         self.model_name = model_name  # e.g. "Qwen3-TTS 0.6B CustomVoice, q8_0"
@@ -120,10 +183,16 @@ class TtsService:
         self.voices = VoiceCatalog([], [])
         self._default_voice = ""
         self._settings = EngineSettings()
-        self._waiting = 0  # queued, not started
-        self._running = 0  # 0 or 1
+        self._answers: set[Answer] = set()  # admitted and not ended
         self._listeners: list[Callable[[], None]] = []
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kazeia-engine")
+        # The engine thread's work, in arrival order; it picks the next sentence of the answer
+        # it just spoke first, then those of answers it has begun, then the oldest (_pick).
+        self._jobs: deque[_Queued] = deque()
+        self._last: Answer | None = None
+        self._work = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._engine_loop, name="kazeia-engine", daemon=True)
+        self._thread.start()
         if engine is not None:
             self.attach(engine, default_voice, model_name)
 
@@ -209,33 +278,80 @@ class TtsService:
             raise NotReadyError(f"the model is not ready yet: {self.loading}")
         return self.voices.resolve(name, speaker, language, default=self._default_voice)
 
+    def admit(self) -> Answer:
+        """A place in the queue for a request arriving now (call on the event loop):
+        ServiceBusyError when max_queue requests already wait behind the running one,
+        NotReadyError before the model is loaded."""
+        if not self.ready:
+            raise NotReadyError(f"the model is not ready yet: {self.loading}")
+        if len(self._answers) > self.max_queue:
+            waiting = len(self._answers) - 1
+            raise ServiceBusyError(
+                f"server busy: {waiting} requests are already waiting; try again later"
+            )
+        answer = Answer(self)
+        self._answers.add(answer)
+        return answer
+
+    def _release(self, answer: Answer) -> None:
+        self._answers.discard(answer)
+
     def synthesize(
         self,
         text: str,
         voice: str | None = None,
         speaker: str | None = None,
         language: str | None = None,
+        answer: Answer | None = None,
     ) -> AudioStream:
-        """Queues a synthesis and returns its audio stream. Raises VoiceError or
-        ServiceBusyError at once, before anything is queued; the stream raises EngineError if
-        the synthesis fails. Call on the event loop."""
+        """Queues a synthesis (a sentence of `answer`, or a request of its own) and returns its
+        audio stream. Raises VoiceError, NotReadyError or (without `answer`) ServiceBusyError
+        at once, before anything is queued; the stream raises EngineError if the synthesis
+        fails. Call on the event loop."""
         chosen = self.resolve_voice(voice, speaker, language)
-        job = _Job(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
         if not text.strip():  # nothing to say: an empty stream, the engine is not involved
+            job = _Job(loop, answer or Answer(self), self.max_unsent_bytes)
             job.audio.put_nowait(_END)
             return AudioStream(job)
-        # Busy when max_queue requests already wait behind a running (or starting) one.
-        if self._waiting + self._running > self.max_queue:
-            raise ServiceBusyError(
-                f"server busy: {self._waiting} requests are already waiting; try again later"
-            )
-        self._waiting += 1
-        self._update(queue_depth=self._waiting)
-        self._executor.submit(self._run, job, text, *chosen)
+        own = answer is None
+        if answer is None:
+            answer = self.admit()
+        job = _Job(loop, answer, self.max_unsent_bytes)
+        with self._work:
+            self._jobs.append(_Queued(job, text, *chosen, answer, own))
+            self._work.notify()
+            depth = len(self._jobs)
+        self._update(queue_depth=depth)
         return AudioStream(job)
 
-    def _run(self, job: _Job, text: str, speaker: str, language: str) -> None:
-        """Engine thread: one synthesis, start to end."""
+    def _pick(self) -> _Queued:
+        """The next sentence: of the answer just spoken, else of an answer already begun (an
+        answer is never split by other requests), else the oldest. Holds self._work."""
+        for rule in (lambda q: q.answer is self._last, lambda q: q.answer.started):
+            for i, queued in enumerate(self._jobs):
+                if rule(queued):
+                    del self._jobs[i]
+                    return queued
+        return self._jobs.popleft()
+
+    def _engine_loop(self) -> None:
+        """The engine thread: one synthesis at a time."""
+        while True:
+            with self._work:
+                while not (self._jobs or self._stopping):
+                    self._work.wait()
+                if self._stopping:
+                    return
+                queued = self._pick()
+                self._last = queued.answer
+                queued.answer.started = True
+            self._run(queued)
+
+    def _run(self, queued: _Queued) -> None:
+        """Engine thread: one synthesis, start to end (an answer of its own closes at the end)."""
+        job, text, speaker, language = queued.job, queued.text, queued.speaker, queued.language
+        own = queued.answer if queued.own else None
         job.call(self._started)
         try:
             if job.cancelled.is_set():  # the client left while it waited
@@ -247,9 +363,8 @@ class TtsService:
             synthesis = job.synthesis
             try:
                 for pcm in synthesis:
-                    if job.cancelled.is_set():
+                    if job.cancelled.is_set() or not job.put_audio(pcm.tobytes()):
                         break
-                    job.put(pcm.tobytes())
             finally:
                 synthesis.close()
             if not job.cancelled.is_set():
@@ -259,15 +374,14 @@ class TtsService:
             job.put(err)
         finally:
             job.put(_END)
-            job.call(self._ended)
+            job.call(self._ended, own)
 
     def _started(self) -> None:
-        self._waiting -= 1
-        self._running = 1
-        self._update(state="synthesizing", queue_depth=self._waiting)
+        self._update(state="synthesizing", queue_depth=len(self._jobs))
 
-    def _ended(self) -> None:
-        self._running = 0
+    def _ended(self, own: Answer | None) -> None:
+        if own is not None:
+            own.close()
         self._update(state="idle")
 
     def _finished(self, metrics: SynthesisMetrics) -> None:
@@ -280,4 +394,12 @@ class TtsService:
 
     def shutdown(self) -> None:
         """Drops waiting requests and waits for the running one to end."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        with self._work:
+            self._stopping = True
+            dropped = list(self._jobs)
+            self._jobs.clear()
+            self._work.notify()
+        for queued in dropped:
+            queued.job.cancel()
+            queued.job.put(_END)
+        self._thread.join()
