@@ -133,6 +133,21 @@ def test_cancellation_stops_and_leaks_no_thread(
         next(s)
 
 
+def test_the_one_pass_decode_is_cancellable(model_dir: Path) -> None:
+    """stream_chunk 0 decodes all frames at the end; closing the synthesis during that decode
+    stops it between pushes, not after the whole decode."""
+    eng = Engine(model_dir, EngineSettings(max_frames=1500, seed=1, stream_chunk=0))
+    s = eng.synthesize(TEXT, "vivian")
+    deadline = time.monotonic() + 60
+    while s.metrics.n_frames < 1500:  # every frame generated: the decode is under way
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    t0 = time.monotonic()
+    s.close()
+    assert time.monotonic() - t0 < 0.3
+    assert s.metrics.n_chunks == 0  # nothing was emitted
+
+
 def test_empty_text_no_audio(engine: Engine) -> None:
     for text in ("", "   \n\t"):
         s = engine.synthesize(text, "vivian")

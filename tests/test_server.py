@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -645,6 +646,115 @@ def test_home_assistant_sees_a_failed_synthesis_fail(
     # The server goes on.
     recovered = run(home_assistant_tts(server.uri, "It works again."))
     assert recovered.wav is not None and len(audio_of(recovered.events)) == FRAMES * HOP
+
+
+@pytest.fixture
+def hung_decoder(tmp_path: Path) -> tuple[list[str], Path]:
+    """A kazeia-decoder that never finishes: it writes its pid to a file, then sleeps."""
+    script = tmp_path / "hung.sh"
+    pid_file = tmp_path / "hung.pid"
+    script.write_text(f'#!/bin/sh\necho $$ > "{pid_file}"\nexec sleep 1000\n')
+    script.chmod(0o755)
+    return [str(script)], pid_file
+
+
+def wait_for_pid(pid_file: Path) -> int:
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline, "the decoder subprocess never started"
+        time.sleep(0.01)
+    return int(pid_file.read_text())
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_hung_decoder_subprocess_dies_with_its_client(
+    server: ServerThread, engine: Engine, hung_decoder: tuple[list[str], Path]
+) -> None:
+    """The client leaves during the subprocess decode: the subprocess is killed at once and
+    the next client is served without waiting for it."""
+    command, pid_file = hung_decoder
+    original = engine.decoder_command
+    engine.decoder_command = command
+    server.service.update_settings(decoder_subprocess=True)
+    try:
+
+        async def leave() -> None:
+            client = AsyncClient.from_uri(server.uri)
+            await client.connect()
+            await client.write_event(Synthesize("The decoder hangs.").event())
+            pid = await asyncio.to_thread(wait_for_pid, pid_file)
+            left = time.monotonic()
+            await client.disconnect()
+            while not gone(pid):
+                assert time.monotonic() - left < 1.0, "the hung decoder was not killed"
+                await asyncio.sleep(0.01)
+
+        run(leave())
+        server.service.update_settings(decoder_subprocess=False)
+        start = time.monotonic()
+        result = run(home_assistant_tts(server.uri, "Next, please."))
+        assert result.wav is not None and time.monotonic() - start < 5
+    finally:
+        engine.decoder_command = original
+        server.service.update_settings(decoder_subprocess=False)
+
+
+def test_a_hung_decoder_subprocess_is_killed_at_its_deadline(
+    server: ServerThread, engine: Engine, hung_decoder: tuple[list[str], Path]
+) -> None:
+    command, pid_file = hung_decoder
+    original = engine.decoder_command, engine.subprocess_base_s, engine.subprocess_per_frame_s
+    engine.decoder_command, engine.subprocess_base_s, engine.subprocess_per_frame_s = (
+        command,
+        0.5,
+        0.0,
+    )
+    server.service.update_settings(decoder_subprocess=True)
+    try:
+        result = run(home_assistant_tts(server.uri, "The decoder hangs."))
+    finally:
+        engine.decoder_command, engine.subprocess_base_s, engine.subprocess_per_frame_s = original
+        server.service.update_settings(decoder_subprocess=False)
+    assert result.wav is None and result.events[-1].data["code"] == "synthesis-failed"
+    assert "no result within" in result.events[-1].data["text"]
+    assert gone(int(pid_file.read_text()))
+
+
+def test_stopping_the_server_kills_a_hung_decoder_at_once(
+    engine: Engine, hung_decoder: tuple[list[str], Path]
+) -> None:
+    """What SIGTERM does (the serving task cancelled, the service shut down) ends a synthesis
+    waiting on a hung decoder subprocess in well under 2 s."""
+    command, pid_file = hung_decoder
+    original = engine.decoder_command
+    engine.decoder_command = command
+    engine.apply_settings(EngineSettings(max_frames=FRAMES, seed=11, decoder_subprocess=True))
+    running = ServerThread(TtsService(engine), f"tcp://127.0.0.1:{free_port()}")
+    try:
+
+        async def request() -> None:
+            async with AsyncClient.from_uri(running.uri) as client:
+                await client.write_event(Synthesize("The decoder hangs.").event())
+                with contextlib.suppress(ConnectionError):
+                    await read_until(client, "audio-stop", timeout=30)
+
+        task = threading.Thread(target=run, args=(request(),), daemon=True)
+        task.start()
+        pid = wait_for_pid(pid_file)
+        start = time.monotonic()
+        running.stop()
+        assert time.monotonic() - start < 2.0
+        assert gone(pid)
+    finally:
+        engine.decoder_command = original
+        engine.apply_settings(EngineSettings(max_frames=FRAMES, seed=11))
 
 
 def test_ping_is_answered_with_pong(server: ServerThread) -> None:

@@ -16,8 +16,11 @@ and joins both threads.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
+import os
 import queue
+import signal
 import subprocess
 import tempfile
 import threading
@@ -37,6 +40,15 @@ from .settings import EngineSettings
 from .tokenizer import TextTokenizer
 
 _LOGGER = logging.getLogger(__name__)
+
+# The one-pass decode (stream_chunk 0) runs as pushes of this many frames through the exact
+# streaming decoder (the samples of one decode), so that a cancel is seen between pushes: about
+# 0.1 s of decoding for the 0.6B decoder on 2 cores.
+ONE_PASS_PUSH_FRAMES = 4
+# How long the decoder subprocess may take before it is killed: a base (process start, model
+# load) and a time per frame, both generous (a 2-core box decodes a frame in ~30 ms).
+SUBPROCESS_BASE_S = 30.0
+SUBPROCESS_PER_FRAME_S = 0.5
 
 # Runaway guard: random weights and bad prompts never emit eos. Speech runs at ~3-6 text
 # tokens per second, i.e. 2-4 frames per token; this bound leaves room for slow speech.
@@ -171,22 +183,37 @@ class _Pipeline:
                 if stream is not None:
                     self._emit(self._timed(stream.push, codes))
                 elif self._settings.decoder_subprocess:
-                    self._emit(self._timed(self._engine.decode_subprocess, codes))
+                    self._emit(self._timed(self._decode_subprocess, codes))
                 else:
-                    self._emit(self._timed(self._engine.decoder.decode, codes))
+                    self._emit(self._timed(self._decode_one_pass, codes))
         except Exception as err:  # noqa: BLE001 - forwarded to the consumer
             self._chunks.put(err)
         finally:
             self._first_chunk.set()  # never leave the generator waiting
             self._chunks.put(_DONE)
 
-    def _timed(self, fn: Any, codes: np.ndarray) -> np.ndarray:
+    def _decode_one_pass(self, codes: np.ndarray) -> np.ndarray | None:
+        """All frames at once, cancellable between pushes (None when cancelled)."""
+        stream = self._engine.decoder.stream()
+        parts = []
+        for at in range(0, len(codes), ONE_PASS_PUSH_FRAMES):
+            if self._cancel.is_set():
+                return None
+            parts.append(stream.push(codes[at : at + ONE_PASS_PUSH_FRAMES]))
+        return np.concatenate(parts)
+
+    def _decode_subprocess(self, codes: np.ndarray) -> np.ndarray | None:
+        return self._engine.decode_subprocess(codes, self._cancel)
+
+    def _timed(self, fn: Any, codes: np.ndarray) -> np.ndarray | None:
         t0 = time.monotonic()
         wav = fn(codes)
         self.metrics.decoder_s += time.monotonic() - t0
-        return np.asarray(wav)
+        return None if wav is None else np.asarray(wav)
 
-    def _emit(self, wav: np.ndarray) -> None:
+    def _emit(self, wav: np.ndarray | None) -> None:
+        if wav is None:  # cancelled
+            return
         if self.metrics.n_chunks == 0:
             self.metrics.ttfa_s = time.monotonic() - self._start
         self.metrics.n_chunks += 1
@@ -307,8 +334,11 @@ class Engine:
         if not self.settings.decoder_subprocess:
             self._decoder = self._load_decoder(self.settings.decoder_threads)
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
-        # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap).
+        # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap),
+        # and its deadline: a base and a time per frame.
         self.decoder_command = [str(tool_path("kazeia-decoder"))]
+        self.subprocess_base_s = SUBPROCESS_BASE_S
+        self.subprocess_per_frame_s = SUBPROCESS_PER_FRAME_S
 
     def _load_generator(self, threads: int) -> Generator:
         return Generator(str(self.model_dir / "talker.gguf"), threads=threads, polite=True)
@@ -373,9 +403,13 @@ class Engine:
         ids = self.tokenizer.prompt_ids(text) if text.strip() else None
         return Synthesis(_Pipeline(self, ids, speaker, language, settings))
 
-    def decode_subprocess(self, codes: np.ndarray) -> np.ndarray:
+    def decode_subprocess(
+        self, codes: np.ndarray, cancel: threading.Event | None = None
+    ) -> np.ndarray | None:
         """Decodes with the kazeia-decoder tool: codes through a temp file, WAV back through the
-        tool's atomic rename. A crash becomes an EngineError for this synthesis only."""
+        tool's atomic rename. A crash, or no result within its deadline (then it is killed),
+        becomes an EngineError for this synthesis only; `cancel` kills it within ~20 ms and
+        gives None."""
         with tempfile.TemporaryDirectory(prefix="kazeia-") as tmp:
             codes_path, wav_path = Path(tmp) / "codes.bin", Path(tmp) / "out.wav"
             np.ascontiguousarray(codes, dtype="<i4").tofile(codes_path)
@@ -389,13 +423,46 @@ class Engine:
                 "--threads",
                 str(self.settings.decoder_threads),
             ]
-            result = subprocess.run(cmd, capture_output=True, text=True)
-            if result.returncode != 0 or not wav_path.is_file():
-                reason = result.stderr.strip().splitlines()[-1:] or [
-                    f"exit code {result.returncode}"
-                ]
+            limit = self.subprocess_base_s + self.subprocess_per_frame_s * len(codes)
+            with open(Path(tmp) / "stderr", "w+", encoding="utf-8", errors="replace") as err:
+                returncode = _run_until(cmd, err, cancel, limit)
+                if returncode is None:
+                    return None
+                err.seek(0)
+                reason = err.read().strip().splitlines()[-1:] or [f"exit code {returncode}"]
+            if returncode != 0 or not wav_path.is_file():
                 raise EngineError(f"decoder subprocess failed: {reason[0]}")
             wav, rate = sf.read(wav_path, dtype="float32")
             if rate != self.sample_rate or len(wav) != len(codes) * self.hop_length:
                 raise EngineError("decoder subprocess wrote an unexpected WAV")
             return np.asarray(wav, dtype=np.float32)
+
+
+def _run_until(
+    cmd: list[str], stderr: Any, cancel: threading.Event | None, limit_s: float
+) -> int | None:
+    """Runs `cmd` to its end: its exit code, or None when `cancel` was set first. Killed (with
+    its process group) when cancelled, past `limit_s` (EngineError) or on any error."""
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + limit_s
+    try:
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return proc.wait(0.02)
+            if cancel is not None and cancel.is_set():
+                return None
+            if time.monotonic() > deadline:
+                raise EngineError(
+                    f"decoder subprocess gave no result within {limit_s:.0f} s: killed"
+                )
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
