@@ -373,3 +373,66 @@ def test_logs_a_user_can_act_on(tiny_model: Path, tmp_path: Path) -> None:
     line("DEBUG", "'A secret sentence.'")  # the text, at --debug only
     line("left: its synthesis is cancelled")
     line("SIGTERM: stopping")
+
+
+def test_many_idle_connections_under_a_file_limit_lock_no_one_out(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Under an open-file limit of 128 (prlimit), 200 idle connections: a new client is still
+    answered (the idlest connection makes room), and the log stays a few lines."""
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    cmd = ["prlimit", "--nofile=128:128", "--", *SERVER, "--uri", uri, "--model", str(tiny_model)]
+    proc = subprocess.Popen([*cmd, "--max-connections", "64"], stderr=subprocess.PIPE, text=True)
+    host, port = uri.removeprefix("tcp://").split(":")
+    idle: list[socket.socket] = []
+    try:
+        wait_until_ready(proc, uri)
+        for _ in range(200):
+            idle.append(socket.create_connection((host, int(port)), timeout=5))
+        time.sleep(0.5)
+        info = asyncio.run(probe(uri, 5))
+        assert info is not None and info.tts[0].installed
+    finally:
+        for s in idle:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "Traceback" not in stderr
+    assert len(stderr.encode()) < 64 * 1024 and len(stderr.splitlines()) < 400
+
+
+def test_idle_and_slow_drip_connections_are_closed(tiny_model: Path, tmp_path: Path) -> None:
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    cmd = [*SERVER, "--uri", uri, "--model", str(tiny_model), "--idle-timeout", "1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    host, port = uri.removeprefix("tcp://").split(":")
+    try:
+        wait_until_ready(proc, uri)
+        with (
+            socket.create_connection((host, int(port))) as quiet,
+            socket.create_connection((host, int(port))) as drip,
+        ):
+            start = time.monotonic()
+            quiet.settimeout(5)
+            assert quiet.recv(1) == b""  # closed by the server
+            assert 0.9 < time.monotonic() - start < 3
+            drip.settimeout(0.3)
+            start, closed = time.monotonic(), False
+            header = b'{"type": "describe"}'
+            for byte in header:  # one byte every 0.3 s: an event that never completes in time
+                try:
+                    drip.sendall(bytes([byte]))
+                    if drip.recv(1) == b"":
+                        closed = True
+                        break
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = True
+                    break
+            assert closed and time.monotonic() - start < 3
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert "closing the idle connection" in stderr

@@ -83,6 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
     )
     add(
+        "--max-connections",
+        "KZTTS_MAX_CONNECTIONS",
+        "open connections at most (at the bound a new one replaces the idlest)",
+        "64",
+        type=int,
+    )
+    add(
+        "--idle-timeout",
+        "KZTTS_IDLE_TIMEOUT",
+        "seconds a connection may send nothing while nothing is spoken for it; 0: forever",
+        "60",
+        type=float,
+        metavar="SECONDS",
+    )
+    add(
         "--max-unsent-mb",
         "KZTTS_MAX_UNSENT_MB",
         "audio a client may leave unread per request before its synthesis is cancelled",
@@ -185,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SettingsError(
                 "--max-queue must be >= 0, --samples-per-chunk >= 1 and --max-unsent-mb > 0"
             )
+        if args.max_connections < 1 or not args.idle_timeout >= 0:
+            raise SettingsError("--max-connections must be >= 1 and --idle-timeout >= 0")
         if args.zeroconf and not args.uri.startswith("tcp://"):
             raise SettingsError("--zeroconf announces a TCP port: it needs a tcp:// --uri")
     except KazeiaError as err:
@@ -218,7 +235,15 @@ async def _run(
         if not stdio:  # bound before any download: describe answers during the first start
             listening = asyncio.Event()
             server = asyncio.create_task(
-                serve(service, args.uri, args.samples_per_chunk, args.zeroconf, listening)
+                serve(
+                    service,
+                    args.uri,
+                    args.samples_per_chunk,
+                    args.zeroconf,
+                    listening,
+                    args.max_connections,
+                    args.idle_timeout or None,
+                )
             )
             await _first(listening.wait(), server)
             if server.done():

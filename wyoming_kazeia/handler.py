@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -146,6 +147,48 @@ _ERROR_CODES: dict[type[Exception], str] = {
 }
 
 
+class Connections:
+    """The open connections of a server, bounded: at the bound, a new connection takes the
+    place of the one idle the longest (a client holding connections open cannot lock others
+    out); when every connection is busy speaking, it is refused with `server-busy`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: dict[KazeiaEventHandler, float] = {}  # -> when it was last active
+        self._left = asyncio.Event()  # set when a connection leaves
+
+    async def room(self) -> None:
+        """Returns when one more connection may be accepted: at the bound, once the idlest
+        has been closed (its file released), or a connection has left; when every one is busy
+        speaking, one more is let in to be refused."""
+        while len(self._open) >= self.limit:
+            idle = [h for h in self._open if not h.busy]
+            if not idle:
+                return  # accepted to be told server-busy
+            oldest = min(idle, key=self._open.__getitem__)
+            _LOGGER.info("connection limit (%d): closing the idlest, %s", self.limit, oldest.peer)
+            self._left.clear()
+            oldest.writer.close()
+            await self._left.wait()
+
+    def enter(self, handler: KazeiaEventHandler) -> bool:
+        """Counts `handler` in (again: no change); False when the bound leaves no room."""
+        if handler in self._open:
+            return True
+        if len(self._open) >= self.limit:
+            return False
+        self._open[handler] = time.monotonic()
+        return True
+
+    def touch(self, handler: KazeiaEventHandler) -> None:
+        if handler in self._open:
+            self._open[handler] = time.monotonic()
+
+    def leave(self, handler: KazeiaEventHandler) -> None:
+        if self._open.pop(handler, None) is not None:
+            self._left.set()
+
+
 class KazeiaEventHandler(AsyncEventHandler):
     def __init__(
         self,
@@ -155,6 +198,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         finish_on_eof: bool = False,
+        connections: Connections | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         super().__init__(reader, writer)
         self.info = info
@@ -168,15 +213,33 @@ class KazeiaEventHandler(AsyncEventHandler):
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_ok = False
         self._stream_answer: Answer | None = None
-        self._peer = str(writer.get_extra_info("peername") or "local")
+        self.peer = str(writer.get_extra_info("peername") or "local")
+        self._connections = connections
+        # A connection that sends nothing (not even the rest of an event) while nothing is
+        # being spoken for it is closed after this many seconds.
+        self._idle_timeout = idle_timeout
+
+    @property
+    def busy(self) -> bool:
+        """Audio is being produced or written for this connection."""
+        return self._speaking is not None and not self._speaking.done()
 
     async def run(self) -> None:
+        if self._connections is not None and not self._connections.enter(self):
+            _LOGGER.warning("refused a connection from %s (server-busy): too many", self.peer)
+            await self._error("too many connections: try again later", "server-busy")
+            self.writer.close()
+            return
         try:
             while True:
                 try:
-                    event = await read_event(self.reader)
+                    timeout = None if self.busy else self._idle_timeout
+                    event = await asyncio.wait_for(read_event(self.reader), timeout)
+                except asyncio.TimeoutError:
+                    _LOGGER.info("closing the idle connection from %s", self.peer)
+                    break
                 except ProtocolError as err:
-                    _LOGGER.warning("closing connection from %s (bad-request): %s", self._peer, err)
+                    _LOGGER.warning("closing connection from %s (bad-request): %s", self.peer, err)
                     await self._error(str(err), "bad-request")
                     break
                 if event is None:
@@ -184,6 +247,8 @@ class KazeiaEventHandler(AsyncEventHandler):
                         self._to_speak.put_nowait(None)
                         await self._speaking
                     break
+                if self._connections is not None:
+                    self._connections.touch(self)
                 if not await self.handle_event(event):
                     break
                 # One event at a time: a client that sends thousands at once must not keep
@@ -192,6 +257,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         except ConnectionError:
             pass
         finally:
+            if self._connections is not None:
+                self._connections.leave(self)
             await self.disconnect()
             self.writer.close()
 
@@ -200,7 +267,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         within one frame). A speaking task that ended on a lost connection ends quietly."""
         if self._speaking is not None:
             if not self._speaking.done():
-                _LOGGER.info("client %s left: its synthesis is cancelled", self._peer)
+                _LOGGER.info("client %s left: its synthesis is cancelled", self.peer)
             self._speaking.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await self._speaking
@@ -216,7 +283,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         try:
             return await self._handle(event)
         except ProtocolError as err:
-            _LOGGER.warning("closing connection from %s (bad-request): %s", self._peer, err)
+            _LOGGER.warning("closing connection from %s (bad-request): %s", self.peer, err)
             await self._error(str(err), "bad-request")
             return False
 
@@ -310,7 +377,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         pending = b""
         mode = "one-shot" if utterance.one_shot else "stream"
         name, speaker, language = _voice_parts(utterance.voice)
-        _LOGGER.debug("%s text from %s: %r", mode, self._peer, utterance.text)
+        _LOGGER.debug("%s text from %s: %r", mode, self.peer, utterance.text)
         try:
             if utterance.refusal is not None:
                 raise utterance.refusal
@@ -356,7 +423,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         _LOGGER.info(
             "%s request from %s: voice %s, speaker %s, language %s, %d characters: spoken",
             mode,
-            self._peer,
+            self.peer,
             name or self.service.default_voice,
             chosen[0],
             chosen[1],
@@ -367,7 +434,7 @@ class KazeiaEventHandler(AsyncEventHandler):
     async def _refuse(self, err: Exception, mode: str) -> None:
         """The `error` of a refused or failed request, logged at WARNING with its code."""
         code = _ERROR_CODES.get(type(err), "synthesis-failed")
-        _LOGGER.warning("%s request from %s refused (%s): %s", mode, self._peer, code, err)
+        _LOGGER.warning("%s request from %s refused (%s): %s", mode, self.peer, code, err)
         await self._error(str(err), code)
 
     async def _audio_chunk(self, data: bytes) -> None:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import resource
+import socket
 import sys
+import time
 from functools import partial
+from typing import Any
 from urllib.parse import urlparse
 
 from wyoming.info import Attribution, Info, TtsProgram, TtsVoice
 from wyoming.server import AsyncServer, AsyncTcpServer
 
 from . import __version__
-from .handler import MAX_HEADER_BYTES, KazeiaEventHandler
+from .handler import MAX_HEADER_BYTES, Connections, KazeiaEventHandler
 from .service import TtsService
 
 _LOGGER = logging.getLogger(__name__)
@@ -75,14 +80,22 @@ async def serve(
     samples_per_chunk: int = 1024,
     zeroconf_name: str | None = None,
     ready: asyncio.Event | None = None,
+    max_connections: int = 64,
+    idle_timeout: float | None = 60.0,
 ) -> None:
     """Serves until cancelled (or, for stdio://, until the input ends). The socket is bound
-    before `ready` is set, whether or not the service has its model yet."""
+    before `ready` is set, whether or not the service has its model yet. At most
+    `max_connections` are open at once; one idle for `idle_timeout` seconds is closed."""
     handler = partial(KazeiaEventHandler, _InfoCache(service), service, samples_per_chunk)
     if urlparse(uri).scheme == "stdio":
         await _serve_stdio(handler, ready)
         return
+    handler = partial(handler, connections=Connections(max_connections), idle_timeout=idle_timeout)
     server = AsyncServer.from_uri(uri)
+    connections = Connections(_affordable(max_connections))
+    handler = partial(handler, connections=connections)
+    if isinstance(server, AsyncTcpServer):
+        server = _TcpServer(server.host, server.port, connections)
     if zeroconf_name is not None:
         await _register_zeroconf(server, zeroconf_name)
     # asyncio's default stream limit (64 KiB) is the handler's MAX_HEADER_BYTES.
@@ -94,6 +107,84 @@ async def serve(
         await asyncio.Event().wait()
     finally:
         await server.stop()
+
+
+def _same(protocol: asyncio.StreamReaderProtocol) -> asyncio.StreamReaderProtocol:
+    return protocol
+
+
+def _affordable(limit: int) -> int:
+    """`limit`, lowered to what the open-file limit leaves for connections (the engine, its
+    subprocess and the accept loop keep a reserve)."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        in_use = len(os.listdir("/proc/self/fd"))
+    except (OSError, ValueError):
+        return limit
+    if soft == resource.RLIM_INFINITY:
+        return limit
+    affordable = max(1, soft - in_use - _FILE_RESERVE)
+    if affordable < limit:
+        _LOGGER.warning(
+            "the open-file limit (%d, %d in use) allows %d connections, not %d",
+            soft,
+            in_use,
+            affordable,
+            limit,
+        )
+    return min(limit, affordable)
+
+
+_FILE_RESERVE = 32  # files kept for the engine (decoder subprocess, temp files) and accepting
+
+
+class _TcpServer(AsyncTcpServer):
+    """wyoming's TCP server with an accept loop of its own: one connection at a time, each
+    only when the connection bound (`Connections`) has made room for it, so that a burst of
+    connections waits in the kernel's queue instead of exhausting the process's files (the
+    stock loop accepts up to 100 at once and logs an error each time a file is lacking)."""
+
+    def __init__(self, host: str, port: int, connections: Connections) -> None:
+        super().__init__(host, port)
+        self.connections = connections
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+
+    async def start(self, handler_factory: Any) -> None:
+        self._listener = socket.create_server((self.host, self.port), backlog=1024)
+        self._listener.setblocking(False)
+        self._accepting = asyncio.create_task(self._accept(handler_factory), name="kazeia accept")
+
+    async def _accept(self, handler_factory: Any) -> None:
+        assert self._listener is not None
+        loop = asyncio.get_running_loop()
+        lacking = 0.0  # when files were last found lacking (logged once a minute at most)
+        while True:
+            await self.connections.room()
+            try:
+                conn, _ = await loop.sock_accept(self._listener)
+            except OSError as err:  # EMFILE, ENFILE, ENOBUFS: wait for files to come back
+                if time.monotonic() - lacking > 60:
+                    _LOGGER.warning("cannot accept a connection now: %s", err)
+                lacking = time.monotonic()
+                await asyncio.sleep(0.1)
+                continue
+            reader = asyncio.StreamReader(limit=MAX_HEADER_BYTES)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            transport, _ = await loop.connect_accepted_socket(partial(_same, protocol), conn)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            handler = handler_factory(reader, writer)
+            self.connections.enter(handler)  # counted now: the next room() sees it
+            task = asyncio.create_task(handler.run(), name="wyoming event handler")
+            self._handlers[task] = handler
+            task.add_done_callback(lambda done: self._handlers.pop(done, None))
+
+    async def stop(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        await super().stop()
 
 
 class _InfoCache:
