@@ -436,3 +436,56 @@ def test_idle_and_slow_drip_connections_are_closed(tiny_model: Path, tmp_path: P
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
     assert "closing the idle connection" in stderr
+
+
+def test_a_model_file_changed_under_the_server_never_crashes_it(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """talker.gguf truncated in place during a synthesis (what `cp new.gguf talker.gguf`
+    does): that request fails, the server lives; while the file is broken every request fails
+    with a clear error; once a good file is back it is loaded again and requests succeed."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    talker = model / "talker.gguf"
+    good = talker.read_bytes()
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    cmd = [*SERVER, "--uri", uri, "--model", str(model), "--max-frames", "400", "--seed", "1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+
+    async def truncated_during_a_synthesis() -> list[str]:
+        types: list[str] = []
+        async with AsyncClient.from_uri(uri) as client:
+            await client.write_event(Synthesize("A long synthesis that will break.").event())
+            while (event := await client.read_event()) is not None:
+                types.append(event.type)
+                if types.count("audio-chunk") == 1:
+                    with open(talker, "r+b") as f:  # in place, as cp does
+                        f.truncate(4096)
+        return types
+
+    async def request() -> list[str]:
+        async with AsyncClient.from_uri(uri) as client:
+            await client.write_event(Synthesize("Hello.").event())
+            types = []
+            while (event := await client.read_event()) is not None:
+                types.append(event.type)
+                if event.type == "error":
+                    types.append(str(event.data["text"]))
+                if event.type == "audio-stop":
+                    break
+            return types
+
+    try:
+        wait_until_ready(proc, uri)
+        broken = asyncio.run(truncated_during_a_synthesis())
+        assert proc.poll() is None, "the server died"
+        assert broken[-1] == "error" and "audio-stop" not in broken
+        still_broken = asyncio.run(request())
+        assert "error" in still_broken and any("talker.gguf" in t for t in still_broken)
+        talker.write_bytes(good)
+        assert asyncio.run(request())[-1] == "audio-stop"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "changed on disk" in stderr and "Traceback" not in stderr

@@ -320,6 +320,9 @@ class Engine:
                     f"{self.model_dir} has no {name}: convert a checkpoint with "
                     "`python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR`"
                 )
+        # What the model files were when loaded: a file changed on disk is loaded again
+        # before the next synthesis (refresh), never used half old, half new.
+        self._files = self._file_states()
         # Generator and decoder compute at the same time while streaming: their idle workers
         # yield the cores to each other ("polite" pools).
         self.generator = self._load_generator(self.settings.threads)
@@ -339,6 +342,33 @@ class Engine:
         self.decoder_command = [str(tool_path("kazeia-decoder"))]
         self.subprocess_base_s = SUBPROCESS_BASE_S
         self.subprocess_per_frame_s = SUBPROCESS_PER_FRAME_S
+
+    def _file_states(self) -> dict[str, tuple[int, int, int]]:
+        states = {}
+        for name in ("talker.gguf", "decoder.gguf"):
+            st = (self.model_dir / name).stat()
+            states[name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        return states
+
+    def refresh(self) -> None:
+        """Loads the model files again if they changed on disk since they were loaded (e.g.
+        replaced by a new conversion, or truncated by `cp` over them) or the talker's mapping
+        found its file changed during a synthesis; ModelError when they cannot be loaded now
+        (then the next call tries again). Call it only while no synthesis runs."""
+        try:
+            changed = self._file_states() != self._files
+        except OSError as err:
+            raise ModelNotFoundError(f"the model files of {self.model_dir}: {err}") from err
+        if not (changed or self.generator.damaged):
+            return
+        _LOGGER.warning("the model files in %s changed on disk: loading them again", self.model_dir)
+        files = self._file_states()
+        self.generator = self._load_generator(self.settings.threads)
+        decoder_hp = read_decoder_hparams(str(self.model_dir / "decoder.gguf"))
+        self.sample_rate, self.hop_length = decoder_hp.sample_rate, decoder_hp.hop_length
+        if self._decoder is not None:
+            self._decoder = self._load_decoder(self.settings.decoder_threads)
+        self._files = files
 
     def _load_generator(self, threads: int) -> Generator:
         return Generator(str(self.model_dir / "talker.gguf"), threads=threads, polite=True)

@@ -52,7 +52,7 @@ from wyoming.tts import (
 )
 
 from .errors import (
-    EngineError,
+    KazeiaError,
     NotReadyError,
     ProtocolError,
     ServiceBusyError,
@@ -408,7 +408,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         except (ConnectionError, asyncio.CancelledError):
             raise
         except Exception as err:  # noqa: BLE001 - one request failed
-            if not isinstance(err, (*_ERROR_CODES, EngineError)):
+            if not isinstance(err, KazeiaError):  # a failure nobody foresaw: its traceback
                 _LOGGER.exception("synthesis failed")
             if utterance.one_shot:  # the connection closes after the error: no audio-stop
                 await self._refuse(err, mode)

@@ -356,6 +356,7 @@ class TtsService:
         try:
             if job.cancelled.is_set():  # the client left while it waited
                 return
+            self.engine.refresh()  # model files changed on disk: loaded again first
             if self._settings is not self.engine.settings:
                 self.engine.apply_settings(self._settings)
             with job.lock:

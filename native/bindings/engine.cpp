@@ -294,6 +294,8 @@ void def_engine(py::module_ &m) {
             "The number of text tokens of a tokenized assistant prompt (ValueError unless it is one).")
         .def_property_readonly("hparams", [](const Generator &g) { return meta_to_dict(talker_meta_keys(), g.hparams()); })
         .def_property_readonly("threads", &Generator::n_threads)
+        .def_property_readonly("damaged", &Generator::damaged,
+                               "Its talker file changed on disk while in use: reload it.")
         .def_property_readonly("speakers", [](const Generator &g) { return g.hparams().speaker_names; })
         .def_property_readonly("languages", [](const Generator &g) { return g.hparams().language_names; });
 

@@ -118,8 +118,16 @@ struct GenerationSession::State {
         trace->talker_hidden.insert(trace->talker_hidden.end(), hidden.begin(), hidden.end());
     }
 
+    // The weights are the file's no longer (it changed on disk while mapped): stop here.
+    void check_weights() const {
+        if (m.weights.damaged())
+            throw ModelError(m.weights.path() +
+                             " changed on disk while in use: the model must be reloaded");
+    }
+
     std::optional<Frame> next() {
         if (done) return std::nullopt;
+        check_weights();
         const TalkerHParams &hp = m.hp;
         const int64_t vocab = hp.talker.vocab_size;
         if (!started) {
@@ -153,6 +161,7 @@ struct GenerationSession::State {
         predictor->predict(talker->hidden().data(), frame, sampling.predictor, rng,
                            trace ? &trace->cp_logits : nullptr);
         predictor_ms += ms_since(t0);
+        check_weights();  // the frame was computed from what the file had become
         ++n_frames;
 
         // The talker step that feeds this frame back runs at the next call, so the frame
@@ -174,6 +183,7 @@ Generator::~Generator() = default;
 
 const TalkerHParams &Generator::hparams() const { return model_->hp; }
 int Generator::n_threads() const { return model_->n_threads; }
+bool Generator::damaged() const { return model_->weights.damaged(); }
 int64_t Generator::text_tokens(const std::vector<int32_t> &input_ids) const {
     return prompt_text_tokens(model_->hp, input_ids);
 }

@@ -67,19 +67,13 @@ size_t GgufWeights::open_checked(const PartInfo &part) {
 }
 
 GgufWeights::GgufWeights(const std::string &path, const PartInfo &part, Mapped) : path_(path) {
-    map_size_ = open_checked(part);
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
-    void *map = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) throw ModelError("cannot map " + path + ": " + std::strerror(errno));
-    map_ = map;
+    const size_t size = open_checked(part);
+    map_ = std::make_unique<MappedFile>(path, size);
     const size_t data_offset = gguf_get_data_offset(gguf_.get());
-    buffer_.reset(ggml_backend_cpu_buffer_from_ptr(static_cast<char *>(map_) + data_offset,
-                                                   map_size_ - data_offset));
+    buffer_.reset(ggml_backend_cpu_buffer_from_ptr(map_->data() + data_offset, size - data_offset));
     for (int64_t i = 0; i < gguf_get_n_tensors(gguf_.get()); ++i) {
         ggml_tensor *t = ggml_get_tensor(ctx_.get(), gguf_get_tensor_name(gguf_.get(), i));
-        char *addr = static_cast<char *>(map_) + data_offset + gguf_get_tensor_offset(gguf_.get(), i);
+        char *addr = map_->data() + data_offset + gguf_get_tensor_offset(gguf_.get(), i);
         if (ggml_backend_tensor_alloc(buffer_.get(), t, addr) != GGML_STATUS_SUCCESS)
             throw ModelError(path + ": cannot place tensor '" + std::string(t->name) + "'");
     }
@@ -87,7 +81,7 @@ GgufWeights::GgufWeights(const std::string &path, const PartInfo &part, Mapped) 
 
 GgufWeights::~GgufWeights() {
     buffer_.reset();
-    if (map_) ::munmap(map_, map_size_);
+    map_.reset();
 }
 
 GgufWeights::GgufWeights(const std::string &path, const PartInfo &part,

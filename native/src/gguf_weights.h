@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "ggml_raii.h"
+#include "mapped_file.h"
 #include "kazeia/arch.h"
 #include "kazeia/error.h"
 
@@ -26,6 +29,9 @@ class GgufWeights {
     GgufWeights &operator=(const GgufWeights &) = delete;
 
     const std::string &path() const { return path_; }
+    // A mapped file found shorter than when it was loaded (changed on disk): its weights are
+    // no longer the file's (see MappedFile).
+    bool damaged() const { return map_ && map_->damaged(); }
     const gguf_context *meta() const { return gguf_.get(); }
 
     // The tensor called `name`; throws ModelError naming it when absent.
@@ -57,8 +63,7 @@ class GgufWeights {
     GgufContextPtr gguf_;
     GgmlContextPtr ctx_;
     BufferPtr buffer_;
-    void *map_ = nullptr;
-    size_t map_size_ = 0;
+    std::unique_ptr<MappedFile> map_;
 };
 
 template <class H> void GgufWeights::read_meta(const std::vector<MetaKey<H>> &keys, H &hp) const {

@@ -62,6 +62,9 @@ class Generator {
 
     const TalkerHParams &hparams() const;
     int n_threads() const;
+    // Its talker file changed on disk while mapped: every generation fails (ModelError)
+    // until the model is loaded again.
+    bool damaged() const;
     // prompt_text_tokens() for this model.
     int64_t text_tokens(const std::vector<int32_t> &input_ids) const;
 
