@@ -70,6 +70,9 @@ MAX_DATA_BYTES = 1024 * 1024
 MAX_PAYLOAD_BYTES = 1024 * 1024
 
 WIDTH, CHANNELS = 2, 1
+# How often a connection whose input ended is probed (an empty audio-chunk) while its audio
+# flows: a client gone entirely is found within two probes.
+PROBE_S = 0.05
 
 # A "sentence" longer than this (a text without punctuation) is cut at the last space or comma
 # (ASCII or CJK) before the limit: the model is trained on sentences, and its prompt and KV
@@ -213,6 +216,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_ok = False
         self._stream_answer: Answer | None = None
+        self._audio_open = False  # between an audio-start and its audio-stop
         self.peer = str(writer.get_extra_info("peername") or "local")
         self._connections = connections
         # A connection that sends nothing (not even the rest of an event) while nothing is
@@ -243,9 +247,16 @@ class KazeiaEventHandler(AsyncEventHandler):
                     await self._error(str(err), "bad-request")
                     break
                 if event is None:
-                    if self.finish_on_eof and self._speaking is not None:
+                    if self.writer.is_closing():  # closed by us (server stop, connection bound)
+                        break
+                    if self._speaking is not None and not self._speaking.done():
+                        # The client closed its side after its requests: they are finished
+                        # (stdio's input simply ends; a socket may also be gone entirely).
                         self._to_speak.put_nowait(None)
-                        await self._speaking
+                        if self.finish_on_eof:
+                            await self._speaking
+                        else:
+                            await self._finish_speaking()
                     break
                 if self._connections is not None:
                     self._connections.touch(self)
@@ -266,8 +277,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         """Cancels what this connection still has queued or running (its synthesis stops
         within one frame). A speaking task that ended on a lost connection ends quietly."""
         if self._speaking is not None:
-            if not self._speaking.done():
-                _LOGGER.info("client %s left: its synthesis is cancelled", self.peer)
+            if not self._speaking.done() and not self._to_speak.empty():
+                _LOGGER.info("client %s left: what it asked is cancelled", self.peer)
             self._speaking.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await self._speaking
@@ -278,6 +289,26 @@ class KazeiaEventHandler(AsyncEventHandler):
                 item.answer.close()
         if self._stream_answer is not None:
             self._stream_answer.close()
+
+    async def _finish_speaking(self) -> None:
+        """A socket that ended its input may be half-closed (the client still reads) or gone;
+        only a write tells. While audio flows, an empty audio-chunk every PROBE_S finds a
+        gone client within about 0.1 s, and its synthesis is cancelled; a half-closed one
+        gets all of its audio."""
+        assert self._speaking is not None
+        speaking = self._speaking
+        while not speaking.done() and not self.writer.is_closing():
+            await asyncio.wait({speaking}, timeout=PROBE_S)
+            if self._audio_open and not speaking.done():
+                try:
+                    await self._audio_chunk(b"")
+                except ConnectionError:
+                    break  # gone: disconnect() cancels what it was given
+        gone = not speaking.done() or (
+            not speaking.cancelled() and isinstance(speaking.exception(), ConnectionError)
+        )
+        if gone:
+            _LOGGER.info("client %s left: its synthesis is cancelled", self.peer)
 
     async def handle_event(self, event: Event) -> bool:
         try:
@@ -394,7 +425,7 @@ class KazeiaEventHandler(AsyncEventHandler):
                         await self.write_event(
                             AudioStart(self.service.sample_rate, WIDTH, CHANNELS).event()
                         )
-                        started = True
+                        started = self._audio_open = True
                     async for pcm in audio:
                         pending += pcm
                         # Whole events of samples_per_chunk; the rest waits for more audio.
@@ -404,10 +435,12 @@ class KazeiaEventHandler(AsyncEventHandler):
                         pending = pending[cut:]
             if pending:
                 await self._audio_chunk(pending)
+            self._audio_open = False
             await self.write_event(AudioStop().event())
         except (ConnectionError, asyncio.CancelledError):
             raise
         except Exception as err:  # noqa: BLE001 - one request failed
+            self._audio_open = False
             if not isinstance(err, KazeiaError):  # a failure nobody foresaw: its traceback
                 _LOGGER.exception("synthesis failed")
             if utterance.one_shot:  # the connection closes after the error: no audio-stop

@@ -185,6 +185,9 @@ class _TcpServer(AsyncTcpServer):
         if self._listener is not None:
             self._listener.close()
         await super().stop()
+        # Each handler ends once its writer is closed: let them cancel what they run.
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=2.0)
 
 
 class _InfoCache:
