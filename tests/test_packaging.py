@@ -60,11 +60,12 @@ def test_second_ggml_in_process(tmp_path: Path, decoder_gguf: dict[str, Path], o
 def test_native_files_are_bundled() -> None:
     """The extension, its tool and the renamed ggml ship inside the package directory."""
     pkg = Path(_native.__file__).parent
-    assert tool_path("kazeia-decoder").is_file()
+    tools = [tool_path("kazeia-decoder"), tool_path("kazeia-generate")]
+    assert all(tool.is_file() for tool in tools)
     libs = sorted(p.name for p in (pkg / "lib").iterdir())
     assert libs == ["libkazeia-ggml-base.so", "libkazeia-ggml-cpu.so", "libkazeia-ggml.so"]
     # What we ship names only the renamed libraries (dynamic section: NEEDED and SONAME).
-    for path in [Path(_native.__file__), tool_path("kazeia-decoder"), *(pkg / "lib").iterdir()]:
+    for path in [Path(_native.__file__), *tools, *(pkg / "lib").iterdir()]:
         dynamic = subprocess.run(
             ["readelf", "-d", str(path)], capture_output=True, text=True, check=True
         ).stdout

@@ -35,7 +35,14 @@ import numpy as np
 import soundfile as sf
 
 from .errors import EngineError, InputError, ModelNotFoundError
-from .native import Generator, SpeechDecoder, read_decoder_hparams, to_pcm16, tool_path
+from .native import (
+    Generator,
+    SpeechDecoder,
+    frame_budget,
+    read_decoder_hparams,
+    to_pcm16,
+    tool_path,
+)
 from .settings import EngineSettings
 from .tokenizer import TextTokenizer
 
@@ -50,10 +57,6 @@ ONE_PASS_PUSH_FRAMES = 4
 SUBPROCESS_BASE_S = 30.0
 SUBPROCESS_PER_FRAME_S = 0.5
 
-# Runaway guard: random weights and bad prompts never emit eos. Speech runs at ~3-6 text
-# tokens per second, i.e. 2-4 frames per token; this bound leaves room for slow speech.
-_FRAMES_PER_TOKEN = 12
-_MIN_FRAMES = 40
 
 
 @dataclass
@@ -111,8 +114,8 @@ class _Pipeline:
             self._chunks.put(_DONE)
             self._closed = True
             return
-        max_frames = settings.max_frames or (
-            _MIN_FRAMES + _FRAMES_PER_TOKEN * engine.generator.text_tokens(np.asarray(ids))
+        max_frames = settings.max_frames or frame_budget(
+            engine.generator.text_tokens(np.asarray(ids))
         )
         it = engine.generator.frames(
             np.asarray(ids),

@@ -48,6 +48,7 @@ from ._native import (
     Generator,
     SpeechDecoder,
     formats,
+    frame_budget,
     read_decoder_hparams,
 )
 from .errors import InputError, ModelError
@@ -65,6 +66,7 @@ __all__ = [
     "ModelError",
     "SpeechDecoder",
     "formats",
+    "frame_budget",
     "ggml_cpu_features",
     "read_decoder_hparams",
     "to_pcm16",

@@ -19,49 +19,18 @@
 
 #include "kazeia/error.h"
 #include "kazeia/speech_decoder.h"
+#include "tool_io.h"
 
 namespace {
 
-[[noreturn]] void fail(const std::string &msg) {
-    std::fprintf(stderr, "kazeia-decoder: %s\n", msg.c_str());
-    std::exit(1);
-}
+using kazeia::tool::fail;
+using kazeia::tool::parse_long;
 
 void usage() {
     std::fprintf(stderr,
                  "usage: kazeia-decoder <decoder.gguf> <codes.bin> <T> <out.wav> [--float] "
                  "[--threads N]\n");
     std::exit(2);
-}
-
-long parse_long(const char *s, const char *what, long lo, long hi) {
-    char *end = nullptr;
-    errno = 0;
-    const long v = std::strtol(s, &end, 10);
-    if (errno || !end || *end || end == s || v < lo || v > hi)
-        fail(std::string("invalid ") + what + " '" + s + "' (expected an integer in " +
-             std::to_string(lo) + ".." + std::to_string(hi) + ")");
-    return v;
-}
-
-std::vector<int32_t> read_codes(const std::string &path, long n_frames, int n_q) {
-    FILE *f = std::fopen(path.c_str(), "rb");
-    if (!f) fail("cannot open " + path + ": " + std::strerror(errno));
-    std::fseek(f, 0, SEEK_END);
-    const long size = std::ftell(f);
-    std::fseek(f, 0, SEEK_SET);
-    const long expected = n_frames * n_q * 4L;
-    if (size != expected) {
-        std::fclose(f);
-        fail(path + " has " + std::to_string(size) + " bytes, expected " +
-             std::to_string(expected) + " for " + std::to_string(n_frames) + " frames of " +
-             std::to_string(n_q) + " int32 codes");
-    }
-    std::vector<int32_t> codes(n_frames * n_q);
-    const size_t got = std::fread(codes.data(), 4, codes.size(), f);
-    std::fclose(f);
-    if (got != codes.size()) fail("cannot read " + path);
-    return codes;  // little-endian host assumed (x86-64, aarch64)
 }
 
 void put_u32(std::vector<uint8_t> &b, uint32_t v) {
@@ -103,25 +72,10 @@ std::vector<uint8_t> wav_bytes(const std::vector<float> &pcm, uint32_t rate, boo
     return b;
 }
 
-void write_atomically(const std::string &path, const std::vector<uint8_t> &bytes) {
-    const std::string tmp = path + ".tmp." + std::to_string(getpid());
-    FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f) fail("cannot write " + tmp + ": " + std::strerror(errno));
-    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-    if (std::fclose(f) != 0 || !ok) {
-        std::remove(tmp.c_str());
-        fail("cannot write " + tmp + ": " + std::strerror(errno));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const std::string err = std::strerror(errno);
-        std::remove(tmp.c_str());
-        fail("cannot rename " + tmp + " to " + path + ": " + err);
-    }
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
+    kazeia::tool::program() = "kazeia-decoder";
     std::vector<std::string> pos;
     bool as_float = false;
     long threads = 2;
@@ -138,9 +92,13 @@ int main(int argc, char **argv) {
         const long n_frames = parse_long(pos[2].c_str(), "frame count T", 1, 10'000'000);
         kazeia::SpeechDecoder decoder(pos[0], (int)threads);
         const auto &hp = decoder.hparams();
-        const auto codes = read_codes(pos[1], n_frames, (int)hp.num_quantizers);
+        const auto codes = kazeia::tool::read_int32s(
+            pos[1], n_frames * hp.num_quantizers,
+            std::to_string(n_frames) + " frames of " + std::to_string(hp.num_quantizers) +
+                " int32 codes");
         const std::vector<float> pcm = decoder.decode(codes.data(), n_frames);
-        write_atomically(pos[3], wav_bytes(pcm, hp.sample_rate, as_float));
+        const std::vector<uint8_t> wav = wav_bytes(pcm, hp.sample_rate, as_float);
+        kazeia::tool::write_atomically(pos[3], wav.data(), wav.size());
     } catch (const std::exception &e) {
         fail(e.what());
     }

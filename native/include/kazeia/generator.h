@@ -21,6 +21,11 @@ using Frame = std::array<int32_t, 16>;
 inline constexpr int64_t PROMPT_ROLE_TOKENS = 3;
 inline constexpr int64_t PROMPT_TRAILER_TOKENS = 5;
 
+// The frames a generation of `text_tokens` text tokens may take before it is cut: random
+// weights and broken prompts never say eos. Speech runs at ~3-6 text tokens per second, i.e.
+// 2-4 frames per token; this leaves room for slow speech.
+inline int64_t frame_budget(int64_t text_tokens) { return 40 + 12 * text_tokens; }
+
 // The number of text tokens in `input_ids`; InputError unless it is an assistant prompt of
 // this model's vocabulary with at least one text token.
 int64_t prompt_text_tokens(const TalkerHParams &hp, const std::vector<int32_t> &input_ids);
