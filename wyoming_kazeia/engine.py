@@ -58,7 +58,6 @@ SUBPROCESS_BASE_S = 30.0
 SUBPROCESS_PER_FRAME_S = 0.5
 
 
-
 @dataclass
 class SynthesisMetrics:
     ttfa_s: float = 0.0  # time to first audio chunk
