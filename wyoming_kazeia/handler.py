@@ -325,6 +325,8 @@ class KazeiaEventHandler(AsyncEventHandler):
             await self.write_event(Pong(text=Ping.from_event(event).text).event())
         elif SynthesizeStart.is_type(event.type):
             start = _parse(SynthesizeStart, event)
+            if self._stream_answer is not None:  # a new stream replaces an unfinished one
+                self._queue(_StreamEnd(self._stream_answer))
             self._stream, self._stream_voice = StreamSentences(), start.voice
             # Check the voice and take the stream's place now: one error for the stream, not
             # one per sentence.

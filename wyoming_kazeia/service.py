@@ -15,7 +15,7 @@ has not: an answer is never split by other clients' requests, and its sentences 
 refused. Leaving the async iterator early (a client that disconnects) cancels that synthesis
 within one frame; the engine thread waits until its threads have ended before it starts the next
 one, so nothing keeps running for a gone client. Audio a client does not read is bounded
-(`max_unsent_bytes` per synthesis): past it the synthesis is cancelled with `SlowClientError`.
+(`max_unsent_bytes` per request): past it the synthesis is cancelled with `SlowClientError`.
 
 Settings and the default voice can change while the service runs (the MQTT bridge does it);
 they apply from the next synthesis on. Listeners are called on the event loop whenever the
