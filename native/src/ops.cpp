@@ -4,8 +4,15 @@
 #include <algorithm>
 #include <cstdint>
 
+// One vector path per instruction set, chosen when compiling: AVX2/FMA/F16C on x86-64 (the
+// wheel's ggml baseline), NEON on aarch64 (every AArch64 CPU has it, with fp16 conversion);
+// the portable loops serve the rest and finish every vector loop's tail.
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+#define KAZEIA_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define KAZEIA_NEON 1
 #endif
 
 namespace kazeia {
@@ -43,7 +50,7 @@ inline float sin2(float x) {
     return v * v;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if KAZEIA_AVX2
 // gcc does not vectorize sin2's selects ("control flow in loop"): written out, the SnakeBeta
 // op runs ~5x faster (it was a third of a full decode).
 inline __m256 sin2_8(__m256 x) {
@@ -65,6 +72,27 @@ inline __m256 sin2_8(__m256 x) {
     const __m256 v = _mm256_blendv_ps(s, c, _mm256_castsi256_ps(odd));
     return _mm256_mul_ps(v, v);
 }
+#elif KAZEIA_NEON
+// sin2 on 4 NEON lanes: the same reduction and polynomials as sin2_8.
+inline float32x4_t sin2_4(float32x4_t x) {
+    const uint32x4_t sign = vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x80000000u));
+    const float32x4_t half = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(vdupq_n_f32(0.5f)), sign));
+    const int32x4_t ki = vcvtq_s32_f32(vfmaq_f32(half, x, vdupq_n_f32(0.636619772367581f)));
+    const float32x4_t k = vcvtq_f32_s32(ki);
+    float32x4_t r = vfmsq_f32(x, k, vdupq_n_f32(1.5703125f));
+    r = vfmsq_f32(r, k, vdupq_n_f32(4.837512969970703125e-4f));
+    r = vfmsq_f32(r, k, vdupq_n_f32(7.54978995489188216e-8f));
+    const float32x4_t z = vmulq_f32(r, r);
+    float32x4_t s = vfmaq_f32(vdupq_n_f32(8.3321608736e-3f), vdupq_n_f32(-1.9515295891e-4f), z);
+    s = vfmaq_f32(vdupq_n_f32(-1.6666654611e-1f), s, z);
+    s = vfmaq_f32(r, vmulq_f32(s, z), r);
+    float32x4_t c = vfmaq_f32(vdupq_n_f32(-1.388731625493765e-3f), vdupq_n_f32(2.443315711809948e-5f), z);
+    c = vfmaq_f32(vdupq_n_f32(4.166664568298827e-2f), c, z);
+    c = vfmaq_f32(vfmsq_f32(vdupq_n_f32(1.0f), vdupq_n_f32(0.5f), z), vmulq_f32(c, z), z);
+    const uint32x4_t odd = vceqq_s32(vandq_s32(ki, vdupq_n_s32(1)), vdupq_n_s32(1));
+    const float32x4_t v = vbslq_f32(odd, c, s);
+    return vmulq_f32(v, v);
+}
 #endif
 
 // Columns [begin, end) of y = x + inv_beta * sin(alpha * x)^2.
@@ -76,11 +104,17 @@ void snake_columns(ggml_tensor *dst, const ggml_tensor *x, const float *a, const
                                                          t * x->nb[1]);
         auto *out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]);
         int64_t c = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if KAZEIA_AVX2
         for (; c + 8 <= channels; c += 8) {
             const __m256 v = _mm256_loadu_ps(in + c);
             const __m256 s2 = sin2_8(_mm256_mul_ps(_mm256_loadu_ps(a + c), v));
             _mm256_storeu_ps(out + c, _mm256_fmadd_ps(_mm256_loadu_ps(ib + c), s2, v));
+        }
+#elif KAZEIA_NEON
+        for (; c + 4 <= channels; c += 4) {
+            const float32x4_t v = vld1q_f32(in + c);
+            const float32x4_t s2 = sin2_4(vmulq_f32(vld1q_f32(a + c), v));
+            vst1q_f32(out + c, vfmaq_f32(v, vld1q_f32(ib + c), s2));
         }
 #endif
         for (; c < channels; ++c) out[c] = in[c] + ib[c] * sin2(a[c] * in[c]);
@@ -106,8 +140,10 @@ void snake_kernel(ggml_tensor *dst, const ggml_tensor *x, const ggml_tensor *alp
 
 void sin_squared(const float *x, float *y, int64_t n) {
     int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if KAZEIA_AVX2
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, sin2_8(_mm256_loadu_ps(x + i)));
+#elif KAZEIA_NEON
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, sin2_4(vld1q_f32(x + i)));
 #endif
     for (; i < n; ++i) y[i] = sin2(x[i]);
 }
@@ -149,10 +185,15 @@ int64_t k_block(int64_t in) {
 inline float to_f32(float v) { return v; }
 inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if KAZEIA_AVX2
 inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const ggml_fp16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+#elif KAZEIA_NEON
+inline float32x4_t load4(const float *p) { return vld1q_f32(p); }
+inline float32x4_t load4(const ggml_fp16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t *>(p))));
 }
 #endif
 
@@ -163,7 +204,7 @@ inline __m256 load8(const ggml_fp16_t *p) {
 template <typename T, int COLS>
 inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
                          float acc[NR][CONV_PANEL]) {
-#if defined(__AVX2__) && defined(__FMA__)
+#if KAZEIA_AVX2
     __m256 c[COLS][2];
     for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm256_setzero_ps();
     for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
@@ -179,6 +220,23 @@ inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
         _mm256_storeu_ps(acc[j], c[j][0]);
         _mm256_storeu_ps(acc[j] + 8, c[j][1]);
     }
+#elif KAZEIA_NEON
+    static_assert(CONV_PANEL == 16, "four NEON vectors per panel column");
+    float32x4_t c[COLS][4];
+    for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = vdupq_n_f32(0.0f);
+    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
+        __builtin_prefetch(a + PREFETCH_K * CONV_PANEL);
+        const float32x4_t a0 = load4(a), a1 = load4(a + 4), a2 = load4(a + 8), a3 = load4(a + 12);
+        for (int j = 0; j < COLS; ++j) {
+            const float32x4_t v = vdupq_n_f32(b[j][k]);
+            c[j][0] = vfmaq_f32(c[j][0], a0, v);
+            c[j][1] = vfmaq_f32(c[j][1], a1, v);
+            c[j][2] = vfmaq_f32(c[j][2], a2, v);
+            c[j][3] = vfmaq_f32(c[j][3], a3, v);
+        }
+    }
+    for (int j = 0; j < COLS; ++j)
+        for (int q = 0; q < 4; ++q) vst1q_f32(acc[j] + 4 * q, c[j][q]);
 #else
     for (int j = 0; j < COLS; ++j)
         for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] = 0.0f;
@@ -406,12 +464,16 @@ void concat_time_kernel(ggml_tensor *dst, int ith, int /*nth*/, void * /*userdat
 inline float dot(const float *a, const float *b, int64_t n) {
     int64_t i = 0;
     float sum = 0.0f;
-#if defined(__AVX2__) && defined(__FMA__)
+#if KAZEIA_AVX2
     __m256 acc = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
     const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     const __m128 quad = _mm_add_ps(half, _mm_movehl_ps(half, half));
     sum = _mm_cvtss_f32(_mm_add_ss(quad, _mm_movehdup_ps(quad)));
+#elif KAZEIA_NEON
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (; i + 4 <= n; i += 4) acc = vfmaq_f32(acc, vld1q_f32(a + i), vld1q_f32(b + i));
+    sum = vaddvq_f32(acc);
 #endif
     for (; i < n; ++i) sum += a[i] * b[i];
     return sum;
@@ -484,8 +546,10 @@ ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
 }
 
 const char *kernel_isa() {
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if KAZEIA_AVX2
     return "AVX2 FMA F16C";
+#elif KAZEIA_NEON
+    return "NEON (fp16 conversion)";
 #else
     return "portable";
 #endif

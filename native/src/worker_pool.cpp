@@ -3,9 +3,12 @@
 #include <atomic>
 #include <chrono>
 
+// The spin-wait hint of each CPU: it lets the sibling hardware thread run and saves power.
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define KAZEIA_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define KAZEIA_CPU_RELAX() __asm__ __volatile__("yield")
 #else
 #define KAZEIA_CPU_RELAX() std::this_thread::yield()
 #endif

@@ -1,10 +1,12 @@
 // kazeia-decoder: decode a file of codes into a WAV file.
 //
-//   kazeia-decoder <decoder.gguf> <codes.bin> <T> <out.wav> [--float] [--threads N]
+//   kazeia-decoder <decoder.gguf> <codes.bin> <T> <out.wav> [--float] [--threads N] [--chunk K]
 //
+// --chunk K decodes with the exact streaming decoder, K frames per push (the same samples).
 // codes.bin holds T frames of int32 little-endian codes, time-major [T][num_quantizers].
 // The WAV (24 kHz mono, 16-bit PCM or 32-bit float) is written to a temporary file beside
 // out.wav and renamed into place, so a reader never sees a partial file.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -29,7 +31,7 @@ using kazeia::tool::parse_long;
 void usage() {
     std::fprintf(stderr,
                  "usage: kazeia-decoder <decoder.gguf> <codes.bin> <T> <out.wav> [--float] "
-                 "[--threads N]\n");
+                 "[--threads N] [--chunk K]\n");
     std::exit(2);
 }
 
@@ -78,11 +80,12 @@ int main(int argc, char **argv) {
     kazeia::tool::program() = "kazeia-decoder";
     std::vector<std::string> pos;
     bool as_float = false;
-    long threads = 2;
+    long threads = 2, chunk = 0;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--float") as_float = true;
         else if (a == "--threads" && i + 1 < argc) threads = parse_long(argv[++i], "--threads", 1, 512);
+        else if (a == "--chunk" && i + 1 < argc) chunk = parse_long(argv[++i], "--chunk", 1, 1 << 20);
         else if (a == "-h" || a == "--help") usage();
         else if (a.size() > 1 && a[0] == '-' && a[1] == '-') fail("unknown option " + a);
         else pos.push_back(a);
@@ -96,7 +99,17 @@ int main(int argc, char **argv) {
             pos[1], n_frames * hp.num_quantizers,
             std::to_string(n_frames) + " frames of " + std::to_string(hp.num_quantizers) +
                 " int32 codes");
-        const std::vector<float> pcm = decoder.decode(codes.data(), n_frames);
+        std::vector<float> pcm;
+        if (chunk == 0) {
+            pcm = decoder.decode(codes.data(), n_frames);
+        } else {
+            auto stream = decoder.stream();
+            for (long at = 0; at < n_frames; at += chunk) {
+                const long n = std::min(chunk, n_frames - at);
+                const auto part = stream->push(codes.data() + at * hp.num_quantizers, n);
+                pcm.insert(pcm.end(), part.begin(), part.end());
+            }
+        }
         const std::vector<uint8_t> wav = wav_bytes(pcm, hp.sample_rate, as_float);
         kazeia::tool::write_atomically(pos[3], wav.data(), wav.size());
     } catch (const std::exception &e) {
