@@ -500,3 +500,30 @@ def test_a_model_file_changed_under_the_server_never_crashes_it(
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr[-3000:]
     assert "changed on disk" in stderr and "Traceback" not in stderr
+
+
+def test_a_model_in_the_hugging_face_cache_is_not_fetched_again(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """The default repo id, already in the standard Hugging Face cache (HF_HOME): converted
+    from there with the network off (HF_HUB_OFFLINE=1), its revision recorded."""
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hf" / "hub" / ("models--" + DEFAULT_MODEL.replace("/", "--"))
+    shutil.copytree(tiny_model.parent / "ckpt", repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    data = tmp_path / "data"
+    cmd = [*SERVER, "--uri", uri, "--data-dir", str(data), "--quant", "f32", *FRAMES]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_until_ready(proc, uri)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "downloading" not in stderr
+    (converted,) = (data / "converted").iterdir()
+    source = json.loads((converted / "source.json").read_text())
+    assert source["repo_id"] == DEFAULT_MODEL and source["revision"] == revision
