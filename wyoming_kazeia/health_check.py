@@ -31,10 +31,18 @@ async def _describe(uri: str) -> Info | None:
 
 async def probe(uri: str, timeout: float) -> Info | None:
     """The service's info, or None when it does not answer within `timeout` seconds."""
+    info, _ = await _probe(uri, timeout)
+    return info
+
+
+async def _probe(uri: str, timeout: float) -> tuple[Info | None, str]:
+    """(info, "") or (None, why there is none)."""
     try:
-        return await asyncio.wait_for(_describe(uri), timeout)
-    except (OSError, asyncio.TimeoutError):
-        return None
+        return await asyncio.wait_for(_describe(uri), timeout), ""
+    except asyncio.TimeoutError:
+        return None, f"no answer within {timeout:g} s"
+    except OSError as err:
+        return None, err.strerror or str(err)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,9 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--uri", default=DEFAULT_URI, help=f"the service (default {DEFAULT_URI})")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     args = parser.parse_args(argv)
-    info = asyncio.run(probe(args.uri, args.timeout))
+    info, why = asyncio.run(_probe(args.uri, args.timeout))
     if info is None:
-        print(f"unhealthy: no answer from {args.uri} within {args.timeout:g} s")
+        print(f"unhealthy: {args.uri}: {why or 'no info'}")
         return 2
     ready = [tts for tts in info.tts if tts.installed]
     if not ready:
