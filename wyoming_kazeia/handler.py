@@ -445,13 +445,17 @@ class KazeiaEventHandler(AsyncEventHandler):
             self._audio_open = False
             if not isinstance(err, KazeiaError):  # a failure nobody foresaw: its traceback
                 _LOGGER.exception("synthesis failed")
+            what = (
+                f"voice {name or 'default'}, speaker {speaker or '-'}, language "
+                f"{language or '-'}, {len(utterance.text)} characters"
+            )
             if utterance.one_shot:  # the connection closes after the error: no audio-stop
-                await self._refuse(err, mode)
+                await self._refuse(err, mode, what)
                 return False
             # The error first: a client that stops reading at audio-stop has seen it, and does
             # not take a partial answer for a complete one. Then the begun audio is closed so
             # that its WAV stays valid; the stream goes on.
-            await self._refuse(err, mode)
+            await self._refuse(err, mode, what)
             if started:
                 await self.write_event(AudioStop().event())
             return False
@@ -466,10 +470,12 @@ class KazeiaEventHandler(AsyncEventHandler):
         )
         return True
 
-    async def _refuse(self, err: Exception, mode: str) -> None:
-        """The `error` of a refused or failed request, logged at WARNING with its code."""
+    async def _refuse(self, err: Exception, mode: str, what: str = "") -> None:
+        """The `error` of a refused or failed request, logged at WARNING with its code (and
+        `what` was asked: voice, speaker, language, characters)."""
         code = _ERROR_CODES.get(type(err), "synthesis-failed")
-        _LOGGER.warning("%s request from %s refused (%s): %s", mode, self.peer, code, err)
+        asked = f" ({what})" if what else ""
+        _LOGGER.warning("%s request from %s%s refused (%s): %s", mode, self.peer, asked, code, err)
         await self._error(str(err), code)
 
     async def _audio_chunk(self, data: bytes) -> None:

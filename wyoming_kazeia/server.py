@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import resource
@@ -182,6 +183,8 @@ class _TcpServer(AsyncTcpServer):
     async def stop(self) -> None:
         if self._accepting is not None:
             self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
         if self._listener is not None:
             self._listener.close()
         await super().stop()
