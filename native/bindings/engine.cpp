@@ -197,9 +197,9 @@ void def_engine(py::module_ &m) {
     m.attr("DECODER_MAX_CHUNK_FRAMES") = DECODER_MAX_CHUNK_FRAMES;
     m.attr("KERNEL_ISA") = kernel_isa();
     m.attr("PROMPT_ROLE_TOKENS") = PROMPT_ROLE_TOKENS;
+    m.attr("PROMPT_TRAILER_TOKENS") = PROMPT_TRAILER_TOKENS;
     m.def("frame_budget", &frame_budget, py::arg("text_tokens"),
           "The frames a generation of that many text tokens may take before it is cut.");
-    m.attr("PROMPT_TRAILER_TOKENS") = PROMPT_TRAILER_TOKENS;
 
     py::class_<FrameIterator>(m, "FrameIterator")
         .def("__iter__", [](FrameIterator &it) -> FrameIterator & { return it; })
