@@ -4,12 +4,19 @@
 #include <algorithm>
 #include <cstdint>
 
-// One vector path per instruction set, chosen when compiling: AVX2/FMA/F16C on x86-64 (the
-// wheel's ggml baseline), NEON on aarch64 (every AArch64 CPU has it, with fp16 conversion);
-// the portable loops serve the rest and finish every vector loop's tail.
-#if defined(__AVX2__) && defined(__FMA__)
+// One vector path per instruction set. On x86-64 the AVX2/FMA/F16C paths are compiled for
+// those instructions function by function (KAZEIA_AVX2_FN) and run only where the CPU has them
+// (use_avx2, checked once): the rest of this file stays baseline x86-64, so a CPU without AVX2
+// never meets an instruction it lacks and runs the portable loops. On aarch64 the NEON paths
+// (every AArch64 CPU has NEON, with fp16 conversion) are chosen when compiling. The portable
+// loops also finish every vector loop's tail.
+#if defined(__x86_64__)
 #include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
 #define KAZEIA_AVX2 1
+#define KAZEIA_AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
 #define KAZEIA_NEON 1
@@ -18,6 +25,21 @@
 namespace kazeia {
 
 namespace {
+
+#if KAZEIA_AVX2
+// Whether this CPU runs the AVX2 paths; KAZEIA_KERNELS=portable forces the portable loops
+// (tests compare the two).
+bool use_avx2() {
+    static const bool yes = [] {
+        const char *forced = std::getenv("KAZEIA_KERNELS");
+        if (forced && std::strcmp(forced, "portable") == 0) return false;
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    }();
+    return yes;
+}
+#endif
 
 // Runs task(0..n_tasks) for a custom op: on `pool` when the op has one (called from a
 // one-thread ggml graph: its thread 0 hands the tasks to the pool), else split by ggml's
@@ -35,7 +57,7 @@ void run_tasks(WorkerPool *pool, int ith, int nth, int64_t n_tasks, const Task &
 // [-pi/4, pi/4]; libm's sinf, which ggml_sin calls per element, costs ~10x more and the
 // vocoder evaluates ~35 M per second of audio. Accurate to a few ulp for |x| < 1e5 (sign is
 // irrelevant once squared). sin2_8 below is the same computation on 8 lanes.
-inline float sin2(float x) {
+__attribute__((always_inline)) inline float sin2(float x) {
     const float k = static_cast<float>(static_cast<int32_t>(x * 0.636619772367581f +
                                                             (x >= 0.0f ? 0.5f : -0.5f)));
     const float r = ((x - k * 1.5703125f) - k * 4.837512969970703125e-4f) -
@@ -53,7 +75,7 @@ inline float sin2(float x) {
 #if KAZEIA_AVX2
 // gcc does not vectorize sin2's selects ("control flow in loop"): written out, the SnakeBeta
 // op runs ~5x faster (it was a third of a full decode).
-inline __m256 sin2_8(__m256 x) {
+KAZEIA_AVX2_FN inline __m256 sin2_8(__m256 x) {
     const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
     const __m256 half = _mm256_or_ps(_mm256_set1_ps(0.5f), sign);  // +-0.5 as x's sign
     const __m256i ki = _mm256_cvttps_epi32(_mm256_fmadd_ps(x, _mm256_set1_ps(0.636619772367581f), half));
@@ -95,20 +117,40 @@ inline float32x4_t sin2_4(float32x4_t x) {
 }
 #endif
 
+#if KAZEIA_AVX2
+// sin2 compiled for FMA (inlined here, its products and sums contract into FMAs): the tails
+// of the AVX2 paths compute exactly what they did when the whole file was built for AVX2.
+KAZEIA_AVX2_FN inline float sin2_fma(float x) { return sin2(x); }
+
+// One column, all of its channels: groups of 8, then the tail.
+KAZEIA_AVX2_FN void snake_avx2(const float *in, float *out, const float *a, const float *ib,
+                               int64_t channels) {
+    int64_t c = 0;
+    for (; c + 8 <= channels; c += 8) {
+        const __m256 v = _mm256_loadu_ps(in + c);
+        const __m256 s2 = sin2_8(_mm256_mul_ps(_mm256_loadu_ps(a + c), v));
+        _mm256_storeu_ps(out + c, _mm256_fmadd_ps(_mm256_loadu_ps(ib + c), s2, v));
+    }
+    for (; c < channels; ++c) out[c] = in[c] + ib[c] * sin2_fma(a[c] * in[c]);
+}
+#endif
+
 // Columns [begin, end) of y = x + inv_beta * sin(alpha * x)^2.
 void snake_columns(ggml_tensor *dst, const ggml_tensor *x, const float *a, const float *ib,
                    int64_t begin, int64_t end) {
     const int64_t channels = x->ne[0];
+#if KAZEIA_AVX2
+    const bool avx2 = use_avx2();
+#endif
     for (int64_t t = begin; t < end; ++t) {
         const auto *in = reinterpret_cast<const float *>(static_cast<const char *>(x->data) +
                                                          t * x->nb[1]);
         auto *out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]);
         int64_t c = 0;
 #if KAZEIA_AVX2
-        for (; c + 8 <= channels; c += 8) {
-            const __m256 v = _mm256_loadu_ps(in + c);
-            const __m256 s2 = sin2_8(_mm256_mul_ps(_mm256_loadu_ps(a + c), v));
-            _mm256_storeu_ps(out + c, _mm256_fmadd_ps(_mm256_loadu_ps(ib + c), s2, v));
+        if (avx2) {
+            snake_avx2(in, out, a, ib, channels);
+            continue;
         }
 #elif KAZEIA_NEON
         for (; c + 4 <= channels; c += 4) {
@@ -138,10 +180,20 @@ void snake_kernel(ggml_tensor *dst, const ggml_tensor *x, const ggml_tensor *alp
 
 }  // namespace
 
+#if KAZEIA_AVX2
+namespace {
+KAZEIA_AVX2_FN void sin_squared_avx2(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, sin2_8(_mm256_loadu_ps(x + i)));
+    for (; i < n; ++i) y[i] = sin2_fma(x[i]);
+}
+}  // namespace
+#endif
+
 void sin_squared(const float *x, float *y, int64_t n) {
     int64_t i = 0;
 #if KAZEIA_AVX2
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, sin2_8(_mm256_loadu_ps(x + i)));
+    if (use_avx2()) return sin_squared_avx2(x, y, n);
 #elif KAZEIA_NEON
     for (; i + 4 <= n; i += 4) vst1q_f32(y + i, sin2_4(vld1q_f32(x + i)));
 #endif
@@ -186,11 +238,12 @@ inline float to_f32(float v) { return v; }
 inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
 
 #if KAZEIA_AVX2
-inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const ggml_fp16_t *p) {
+KAZEIA_AVX2_FN inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+KAZEIA_AVX2_FN inline __m256 load8(const ggml_fp16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
 }
-#elif KAZEIA_NEON
+#endif
+#if KAZEIA_NEON
 inline float32x4_t load4(const float *p) { return vld1q_f32(p); }
 inline float32x4_t load4(const ggml_fp16_t *p) {
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t *>(p))));
@@ -201,10 +254,10 @@ inline float32x4_t load4(const ggml_fp16_t *p) {
 // (an input's last columns, and every tile of a streamed frame: 1-4 columns before the
 // vocoder) get their own instance instead of paying NR columns of arithmetic for one. COLS is a
 // constant, so the loops unroll and the accumulators stay in registers.
-template <typename T, int COLS>
-inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
-                         float acc[NR][CONV_PANEL]) {
 #if KAZEIA_AVX2
+template <typename T, int COLS>
+KAZEIA_AVX2_FN inline void micro_kernel_avx2(const T *a, const float *const b[NR], int64_t kc,
+                                             float acc[NR][CONV_PANEL]) {
     __m256 c[COLS][2];
     for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm256_setzero_ps();
     for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
@@ -220,7 +273,13 @@ inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
         _mm256_storeu_ps(acc[j], c[j][0]);
         _mm256_storeu_ps(acc[j] + 8, c[j][1]);
     }
-#elif KAZEIA_NEON
+}
+#endif
+
+template <typename T, int COLS>
+inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
+                         float acc[NR][CONV_PANEL]) {
+#if KAZEIA_NEON
     static_assert(CONV_PANEL == 16, "four NEON vectors per panel column");
     float32x4_t c[COLS][4];
     for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = vdupq_n_f32(0.0f);
@@ -246,18 +305,33 @@ inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
 #endif
 }
 
+// One instance per tile width (COLS is a constant: the loops unroll).
+#define KAZEIA_TILE_CASES(kernel)                       \
+    static_assert(NR == 6, "one case per tile width"); \
+    switch (cols) {                                     \
+        case 1: return kernel<T, 1>(a, b, kc, acc);     \
+        case 2: return kernel<T, 2>(a, b, kc, acc);     \
+        case 3: return kernel<T, 3>(a, b, kc, acc);     \
+        case 4: return kernel<T, 4>(a, b, kc, acc);     \
+        case 5: return kernel<T, 5>(a, b, kc, acc);     \
+        default: return kernel<T, 6>(a, b, kc, acc);    \
+    }
+
+#if KAZEIA_AVX2
+template <typename T>
+KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const T *a, const float *const b[NR],
+                                     int64_t kc, float acc[NR][CONV_PANEL]) {
+    KAZEIA_TILE_CASES(micro_kernel_avx2)
+}
+#endif
+
 template <typename T>
 inline void tile_kernel(int64_t cols, const T *a, const float *const b[NR], int64_t kc,
                         float acc[NR][CONV_PANEL]) {
-    static_assert(NR == 6, "one case per tile width");
-    switch (cols) {
-        case 1: return micro_kernel<T, 1>(a, b, kc, acc);
-        case 2: return micro_kernel<T, 2>(a, b, kc, acc);
-        case 3: return micro_kernel<T, 3>(a, b, kc, acc);
-        case 4: return micro_kernel<T, 4>(a, b, kc, acc);
-        case 5: return micro_kernel<T, 5>(a, b, kc, acc);
-        default: return micro_kernel<T, 6>(a, b, kc, acc);
-    }
+#if KAZEIA_AVX2
+    if (use_avx2()) return tile_kernel_avx2<T>(cols, a, b, kc, acc);
+#endif
+    KAZEIA_TILE_CASES(micro_kernel)
 }
 
 template <typename T>
@@ -461,15 +535,25 @@ void concat_time_kernel(ggml_tensor *dst, int ith, int /*nth*/, void * /*userdat
     std::memcpy(static_cast<char *>(dst->data) + ggml_nbytes(a), b->data, ggml_nbytes(b));
 }
 
-inline float dot(const float *a, const float *b, int64_t n) {
-    int64_t i = 0;
-    float sum = 0.0f;
 #if KAZEIA_AVX2
+// A dot product: groups of 8, then the tail (fused multiply-adds).
+KAZEIA_AVX2_FN float dot_avx2(const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
     __m256 acc = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
     const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     const __m128 quad = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    sum = _mm_cvtss_f32(_mm_add_ss(quad, _mm_movehdup_ps(quad)));
+    float sum = _mm_cvtss_f32(_mm_add_ss(quad, _mm_movehdup_ps(quad)));
+    for (; i < n; ++i) sum += a[i] * b[i];
+    return sum;
+}
+#endif
+
+inline float dot(const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    float sum = 0.0f;
+#if KAZEIA_AVX2
+    if (use_avx2()) return dot_avx2(a, b, n);
 #elif KAZEIA_NEON
     float32x4_t acc = vdupq_n_f32(0.0f);
     for (; i + 4 <= n; i += 4) acc = vfmaq_f32(acc, vld1q_f32(a + i), vld1q_f32(b + i));
@@ -479,45 +563,62 @@ inline float dot(const float *a, const float *b, int64_t n) {
     return sum;
 }
 
+// What one (query, head) task of the attention op reads and writes.
+struct AttentionRow {
+    const float *qd, *kd, *vd, *md;
+    float *od;
+    int64_t hd, nh, n_kv, kv_dim, group;
+    float scale;
+};
+
+// One (query, head): scores, softmax, then the weighted sum of the value rows. Always inlined,
+// so that attention_row_avx2 compiles it for AVX2/FMA.
+__attribute__((always_inline)) inline void attention_row(const AttentionRow &a, int64_t t) {
+    const int64_t i = t / a.nh, h = t % a.nh, g = h / a.group;
+    const float *qv = a.qd + (i * a.nh + h) * a.hd;
+    const float *row_mask = a.md + i * a.n_kv;
+    thread_local std::vector<float> scores;
+    scores.resize(a.n_kv);
+    float max_score = -INFINITY;
+    for (int64_t c = 0; c < a.n_kv; ++c) {
+        scores[c] = row_mask[c] == -INFINITY
+                        ? -INFINITY
+                        : dot(qv, a.kd + c * a.kv_dim + g * a.hd, a.hd) * a.scale + row_mask[c];
+        max_score = std::max(max_score, scores[c]);
+    }
+    float *o = a.od + (i * a.nh + h) * a.hd;
+    std::fill(o, o + a.hd, 0.0f);
+    float total = 0.0f;
+    for (int64_t c = 0; c < a.n_kv; ++c) {
+        if (scores[c] == -INFINITY) continue;
+        const float w = std::exp(scores[c] - max_score);
+        total += w;
+        const float *vv = a.vd + c * a.kv_dim + g * a.hd;
+        for (int64_t d = 0; d < a.hd; ++d) o[d] += w * vv[d];
+    }
+    const float inv = 1.0f / total;
+    for (int64_t d = 0; d < a.hd; ++d) o[d] *= inv;
+}
+
+#if KAZEIA_AVX2
+KAZEIA_AVX2_FN void attention_row_avx2(const AttentionRow &a, int64_t t) { attention_row(a, t); }
+#endif
+
 void window_attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     const auto *p = static_cast<const AttentionParams *>(userdata);
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], n_kv = k->ne[1];
-    const int64_t kv_dim = k->ne[0], group = nh / p->n_kv_heads;
-    const auto *qd = static_cast<const float *>(q->data);
-    const auto *kd = static_cast<const float *>(k->data);
-    const auto *vd = static_cast<const float *>(v->data);
-    const auto *md = static_cast<const float *>(mask->data);
-    auto *od = static_cast<float *>(dst->data);
-    // One task per (query, head): scores, softmax, then the weighted sum of the value rows.
-    auto task = [&](int64_t t) {
-        const int64_t i = t / nh, h = t % nh, g = h / group;
-        const float *qv = qd + (i * nh + h) * hd;
-        const float *row_mask = md + i * n_kv;
-        thread_local std::vector<float> scores;
-        scores.resize(n_kv);
-        float max_score = -INFINITY;
-        for (int64_t c = 0; c < n_kv; ++c) {
-            scores[c] = row_mask[c] == -INFINITY
-                            ? -INFINITY
-                            : dot(qv, kd + c * kv_dim + g * hd, hd) * p->scale + row_mask[c];
-            max_score = std::max(max_score, scores[c]);
-        }
-        float *o = od + (i * nh + h) * hd;
-        std::fill(o, o + hd, 0.0f);
-        float total = 0.0f;
-        for (int64_t c = 0; c < n_kv; ++c) {
-            if (scores[c] == -INFINITY) continue;
-            const float w = std::exp(scores[c] - max_score);
-            total += w;
-            const float *vv = vd + c * kv_dim + g * hd;
-            for (int64_t d = 0; d < hd; ++d) o[d] += w * vv[d];
-        }
-        const float inv = 1.0f / total;
-        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
-    };
-    const int64_t n_tasks = n * nh;
-    run_tasks(p->pool, ith, nth, n_tasks, task);
+    const int64_t nh = q->ne[1], n = q->ne[2];
+    const AttentionRow row{static_cast<const float *>(q->data), static_cast<const float *>(k->data),
+                           static_cast<const float *>(v->data),
+                           static_cast<const float *>(mask->data), static_cast<float *>(dst->data),
+                           q->ne[0], nh, k->ne[1], k->ne[0], nh / p->n_kv_heads, p->scale};
+#if KAZEIA_AVX2
+    if (use_avx2()) {
+        run_tasks(p->pool, ith, nth, n * nh, [&](int64_t t) { attention_row_avx2(row, t); });
+        return;
+    }
+#endif
+    run_tasks(p->pool, ith, nth, n * nh, [&](int64_t t) { attention_row(row, t); });
 }
 
 }  // namespace
@@ -547,7 +648,7 @@ ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
 
 const char *kernel_isa() {
 #if KAZEIA_AVX2
-    return "AVX2 FMA F16C";
+    return use_avx2() ? "AVX2 FMA F16C" : "portable (x86-64 baseline)";
 #elif KAZEIA_NEON
     return "NEON (fp16 conversion)";
 #else
