@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import ref_array, ref_codes
 
+from wyoming_kazeia import native
 from wyoming_kazeia._native import testing
 from wyoming_kazeia.native import SpeechDecoder
 
@@ -126,3 +127,23 @@ def test_the_portable_kernels_run_where_avx2_is_missing(
     assert np.array_equal(got["streamed"], got["full"])
     vector = SpeechDecoder(str(decoder_gguf["tiny-0.6b"]), threads=2).decode(codes)
     assert np.abs(got["full"] - vector).max() < 3e-5
+
+
+# /proc/cpuinfo's names for the instruction sets ggml reports (x86 "flags", ARM "Features").
+CPUINFO_NAMES = {"SSE3": "pni", "AVX512": "avx512f", "NEON": "asimd", "AVX_VNNI": "avx_vnni"}
+
+
+def test_the_ggml_cpu_library_uses_only_what_this_cpu_has() -> None:
+    """The banner's CPU line: the ggml CPU library that runs here reports instruction sets,
+    and each one is in this CPU's /proc/cpuinfo (a variant above the CPU would die with
+    SIGILL instead)."""
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    flags = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    features = native.ggml_cpu_features()
+    assert native.ggml_cpu_variant() and features
+    for feature in features:
+        assert CPUINFO_NAMES.get(feature, feature.lower()) in flags, feature

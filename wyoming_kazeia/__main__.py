@@ -32,7 +32,7 @@ from .engine import Engine
 from .errors import KazeiaError, SettingsError
 from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
-from .native import KERNEL_ISA, ggml_cpu_features
+from .native import KERNEL_ISA, ggml_cpu_features, ggml_cpu_variant
 from .server import serve
 from .service import TtsService
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
@@ -358,8 +358,9 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         len(service.voices.voices),
     )
     _LOGGER.info(
-        "CPU: %s; ggml CPU backend: %s; own kernels: %s",
+        "CPU: %s; ggml CPU backend: %s (%s); own kernels: %s",
         _cpu_name(),
+        ggml_cpu_variant(),
         " ".join(ggml_cpu_features()) or "unknown",
         KERNEL_ISA,
     )

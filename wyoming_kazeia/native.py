@@ -31,7 +31,6 @@ not part of it.
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +67,7 @@ __all__ = [
     "formats",
     "frame_budget",
     "ggml_cpu_features",
+    "ggml_cpu_variant",
     "read_decoder_hparams",
     "to_pcm16",
     "tool_path",
@@ -85,15 +85,10 @@ def tool_path(name: str) -> Path:
 
 
 def ggml_cpu_features() -> list[str]:
-    """The x86 features the bundled ggml CPU backend was compiled for (empty when unknown)."""
-    try:
-        lib = ctypes.CDLL(str(Path(_native.__file__).parent / "lib" / "libkazeia-ggml-cpu.so"))
-    except OSError:
-        return []
-    names = ("sse3", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512", "avx512_vnni", "neon")
-    found = []
-    for name in names:
-        func = getattr(lib, f"ggml_cpu_has_{name}", None)
-        if func is not None and func():
-            found.append(name.upper())
-    return found
+    """The instruction sets ggml's CPU kernels use in this process, upper case."""
+    return [f.upper() for f in _native.cpu_backend()["features"]]
+
+
+def ggml_cpu_variant() -> str:
+    """Which of ggml's CPU libraries runs here ("haswell", "sse42", ...; "linked": the one)."""
+    return str(_native.cpu_backend()["variant"])

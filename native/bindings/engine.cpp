@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.h"
+#include "kazeia/cpu.h"
 #include "kazeia/error.h"
 #include "kazeia/generator.h"
 #include "kazeia/speech_decoder.h"
@@ -196,6 +197,15 @@ void def_engine(py::module_ &m) {
           "file, without reading its weights (ModelError otherwise).");
     m.attr("DECODER_MAX_CHUNK_FRAMES") = DECODER_MAX_CHUNK_FRAMES;
     m.attr("KERNEL_ISA") = kernel_isa();
+    m.def(
+        "cpu_backend",
+        []() {
+            py::dict d;
+            d["variant"] = cpu_variant();
+            d["features"] = cpu_features();
+            return d;
+        },
+        "Which of ggml's CPU kernels run here: {variant, features}.");
     m.attr("PROMPT_ROLE_TOKENS") = PROMPT_ROLE_TOKENS;
     m.attr("PROMPT_TRAILER_TOKENS") = PROMPT_TRAILER_TOKENS;
     m.def("frame_budget", &frame_budget, py::arg("text_tokens"),

@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "kazeia/error.h"
+#include "src/cpu_backend.h"
 #include "src/ggml_raii.h"
 #include "src/ops.h"
 #include "src/sampler.h"
@@ -51,7 +52,7 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
                                         tensor(v, v.shape(1), n_kv, 1), tensor(mask, n_kv, n, 1), &p);
     ggml_cgraph *gf = ggml_new_graph(ctx.get());
     ggml_build_forward_expand(gf, out);
-    if (ggml_graph_compute_with_ctx(ctx.get(), gf, 1) != GGML_STATUS_SUCCESS)
+    if (cpu_backend().graph_compute_with_ctx(ctx.get(), gf, 1) != GGML_STATUS_SUCCESS)
         throw std::runtime_error("window_attention: graph computation failed");
     py::array_t<float> result({n, nh * hd});
     std::memcpy(result.mutable_data(), out->data, ggml_nbytes(out));

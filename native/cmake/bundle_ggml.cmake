@@ -1,6 +1,9 @@
 # Copies ggml's shared libraries into the build tree under new names and sonames
 # (libggml.so.0 -> libkazeia-ggml.so, ...) and defines the imported target kazeia_ggml that
 # links against them. Sets KAZEIA_GGML_LIBS to the files to install beside the extension.
+# A ggml built with GGML_BACKEND_DL (one CPU library per instruction-set level, loaded at run
+# time) has its CPU variants copied too (libkazeia-ggml-cpu-<variant>.so), not linked; the
+# engine then loads the best one itself (src/cpu_backend.cpp, KAZEIA_GGML_CPU_VARIANTS).
 find_program(PATCHELF patchelf REQUIRED)
 find_package(Threads REQUIRED)
 
@@ -8,7 +11,26 @@ set(_dir "${CMAKE_BINARY_DIR}/ggml-bundled")
 file(MAKE_DIRECTORY "${_dir}")
 set(KAZEIA_GGML_LIBS "")
 set(_renames "")
-foreach(part ggml-base ggml-cpu ggml)
+# The CPU variants of a GGML_BACKEND_DL build are imported as ggml::ggml-cpu-<variant> MODULE
+# targets (and there is no ggml::ggml-cpu).
+get_property(_imported DIRECTORY PROPERTY IMPORTED_TARGETS)
+set(_modules "")
+foreach(target ${_imported})
+    if(target MATCHES "^ggml::(ggml-cpu-.+)$")
+        list(APPEND _modules ${CMAKE_MATCH_1})
+    endif()
+endforeach()
+set(GGML_BACKEND_DL OFF)
+if(NOT TARGET ggml::ggml-cpu AND _modules)
+    set(GGML_BACKEND_DL ON)
+    set(_linked ggml-base ggml)
+    message(STATUS "ggml CPU variants, loaded at run time: ${_modules}")
+else()
+    set(_linked ggml-base ggml-cpu ggml)
+    set(_modules "")
+endif()
+set(_linked_files "")
+foreach(part ${_linked} ${_modules})
     get_target_property(_loc ggml::${part} IMPORTED_LOCATION_RELEASE)
     if(NOT _loc)
         get_target_property(_loc ggml::${part} IMPORTED_LOCATION)
@@ -20,6 +42,9 @@ foreach(part ggml-base ggml-cpu ggml)
     set(_new "lib${PROJECT_NAME}-${part}.so")
     configure_file("${_loc}" "${_dir}/${_new}" COPYONLY)
     list(APPEND KAZEIA_GGML_LIBS "${_dir}/${_new}")
+    if(part IN_LIST _linked)
+        list(APPEND _linked_files "${_dir}/${_new}")
+    endif()
     list(APPEND _renames "${_soname}=${_new}")
 endforeach()
 
@@ -41,4 +66,8 @@ endforeach()
 get_target_property(_includes ggml::ggml INTERFACE_INCLUDE_DIRECTORIES)
 add_library(kazeia_ggml INTERFACE)
 target_include_directories(kazeia_ggml INTERFACE ${_includes})
-target_link_libraries(kazeia_ggml INTERFACE ${KAZEIA_GGML_LIBS} Threads::Threads)
+target_link_libraries(kazeia_ggml INTERFACE ${_linked_files} Threads::Threads)
+if(GGML_BACKEND_DL)
+    target_compile_definitions(kazeia_ggml INTERFACE KAZEIA_GGML_CPU_VARIANTS=1)
+    target_link_libraries(kazeia_ggml INTERFACE ${CMAKE_DL_LIBS})
+endif()

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "code_predictor.h"
+#include "cpu_backend.h"
 #include "kazeia/error.h"
 #include "prompt.h"
 #include "sampler.h"
@@ -65,13 +66,6 @@ struct GenerationSession::State {
     bool started = false, done = false;
     double talker_ms = 0.0, predictor_ms = 0.0, graph_setup_ms = 0.0;
 
-    static ggml_backend_t cpu_backend() {
-        ggml_backend_t b = ggml_backend_cpu_init();
-        if (!b) throw std::runtime_error("cannot initialize the ggml CPU backend");
-        ggml_backend_cpu_set_n_threads(b, 1);
-        return b;
-    }
-
     State(const TalkerModel &model, const std::vector<int32_t> &ids, const GenerationOptions &o,
           GenerationTrace *t)
         : m(model), opt(o), trace(t), pool(model.n_threads, model.polite),
@@ -79,7 +73,7 @@ struct GenerationSession::State {
           sampling(model.hp, o) {
         if (o.max_frames < 1) throw InputError("max_frames must be >= 1");
         if (o.kv_block < 1) throw InputError("kv_block must be >= 1");
-        backend.reset(cpu_backend());
+        backend.reset(new_cpu_backend());
         prompt = build_prompt(m, ids, o, backend.get(), &pool);
         const auto t0 = std::chrono::steady_clock::now();
         talker = std::make_unique<TalkerRun>(m, prompt, o.max_frames, o.kv_block, backend.get(), &pool);

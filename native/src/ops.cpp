@@ -1,4 +1,5 @@
 #include "ops.h"
+#include "cpu_backend.h"
 #include "kazeia/speech_decoder.h"
 
 #include <algorithm>
@@ -469,7 +470,7 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
     const int64_t K = w->ne[0], M = w->ne[1], n = x->ne[1];
     const char *wd = static_cast<const char *>(w->data);
     if (ids) wd += (size_t)*static_cast<const int32_t *>(ids->data) * w->nb[2];
-    const ggml_type_traits_cpu *traits = ggml_get_type_traits_cpu(w->type);
+    const ggml_type_traits_cpu *traits = cpu_backend().type_traits(w->type);
     const ggml_type dot_type = traits->vec_dot_type;
 
     // Activations in the weight's dot type (q8_0 for q8_0, q8_K for q4_k, ...), once.
@@ -480,7 +481,7 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
         xd = static_cast<const char *>(x->data);
     } else {
         converted.resize(row_size * n);
-        const ggml_from_float_t from_float = ggml_get_type_traits_cpu(dot_type)->from_float;
+        const ggml_from_float_t from_float = cpu_backend().type_traits(dot_type)->from_float;
         for (int64_t j = 0; j < n; ++j) {
             const float *col = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + j * x->nb[1]);
             if (dot_type == GGML_TYPE_F32) std::memcpy(converted.data() + j * row_size, col, K * sizeof(float));

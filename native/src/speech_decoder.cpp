@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "cpu_backend.h"
 #include "ggml_raii.h"
 #include "gguf_weights.h"
 #include "kazeia/error.h"
@@ -242,9 +243,7 @@ struct DecoderStream::State {
     ggml_tensor *conv_out;
 
     explicit State(const SpeechDecoder::Model &model) : m(model), pool(model.n_threads, model.polite) {
-        backend.reset(ggml_backend_cpu_init());
-        if (!backend) throw std::runtime_error("cannot initialize the ggml CPU backend");
-        ggml_backend_cpu_set_n_threads(backend.get(), 1);
+        backend.reset(new_cpu_backend());
         allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
         graph_mem.resize(ggml_tensor_overhead() * GRAPH_SIZE * 2 +
                          ggml_graph_overhead_custom(GRAPH_SIZE, false));

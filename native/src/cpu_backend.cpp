@@ -1,0 +1,129 @@
+#include "cpu_backend.h"
+
+#include "kazeia/cpu.h"
+
+#include <stdexcept>
+
+#if defined(KAZEIA_GGML_CPU_VARIANTS)
+#include <dirent.h>
+#include <dlfcn.h>
+
+#include <cstring>
+#endif
+
+namespace kazeia {
+
+namespace {
+
+#if defined(KAZEIA_GGML_CPU_VARIANTS)
+
+// The instruction sets a variant library reports (it exports ggml_cpu_has_<name>).
+const char *const FEATURES[] = {"sse3", "ssse3", "avx",  "avx2", "fma",  "f16c",
+                                "avx_vnni", "avx512", "avx512_vnni", "amx_int8", "neon", "sve"};
+
+// The CPU variant libraries sit beside ggml-base (renamed libkazeia-ggml-cpu-<variant>.so).
+std::string library_dir() {
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<void *>(&ggml_backend_cpu_buffer_type), &info) || !info.dli_fname)
+        throw std::runtime_error("cannot locate the ggml libraries");
+    const std::string path = info.dli_fname;
+    const size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+CpuBackend load_best() {
+    const std::string dir = library_dir(), prefix = "libkazeia-ggml-cpu-", suffix = ".so";
+    void *best = nullptr;
+    int best_score = 0;
+    std::string best_variant;
+    if (DIR *d = opendir(dir.c_str())) {
+        while (dirent *e = readdir(d)) {
+            const std::string name = e->d_name;
+            if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + suffix.size() ||
+                name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+                continue;
+            void *h = dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (!h) continue;
+            auto score = reinterpret_cast<int (*)()>(dlsym(h, "ggml_backend_score"));
+            const int s = score ? score() : 0;  // 0: this CPU lacks what the variant needs
+            if (s > best_score) {
+                if (best) dlclose(best);
+                best = h, best_score = s;
+                best_variant = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+            } else {
+                dlclose(h);
+            }
+        }
+        closedir(d);
+    }
+    if (!best) throw std::runtime_error("no ggml CPU variant in " + dir + " runs on this CPU");
+    CpuBackend b;
+    b.variant = best_variant;
+    auto sym = [&](const char *name) {
+        void *p = dlsym(best, name);
+        if (!p) throw std::runtime_error(std::string("the ggml CPU variant lacks ") + name);
+        return p;
+    };
+    b.init = reinterpret_cast<ggml_backend_t (*)()>(sym("ggml_backend_cpu_init"));
+    b.set_n_threads = reinterpret_cast<void (*)(ggml_backend_t, int)>(sym("ggml_backend_cpu_set_n_threads"));
+    b.type_traits = reinterpret_cast<const ggml_type_traits_cpu *(*)(ggml_type)>(sym("ggml_get_type_traits_cpu"));
+    b.graph_compute_with_ctx = reinterpret_cast<ggml_status (*)(ggml_context *, ggml_cgraph *, int)>(
+        sym("ggml_graph_compute_with_ctx"));
+    for (const char *f : FEATURES) {
+        const std::string name = std::string("ggml_cpu_has_") + f;
+        auto has = reinterpret_cast<int (*)()>(dlsym(best, name.c_str()));
+        if (has && has()) b.features.push_back(f);
+    }
+    return b;  // the library stays loaded for the life of the process
+}
+
+#else
+
+// The instruction sets the linked CPU library reports.
+struct FeatureProbe {
+    const char *name;
+    int (*has)();
+};
+const FeatureProbe LINKED_PROBES[] = {
+    {"sse3", ggml_cpu_has_sse3},       {"ssse3", ggml_cpu_has_ssse3},
+    {"avx", ggml_cpu_has_avx},         {"avx2", ggml_cpu_has_avx2},
+    {"fma", ggml_cpu_has_fma},         {"f16c", ggml_cpu_has_f16c},
+    {"avx_vnni", ggml_cpu_has_avx_vnni}, {"avx512", ggml_cpu_has_avx512},
+    {"avx512_vnni", ggml_cpu_has_avx512_vnni}, {"amx_int8", ggml_cpu_has_amx_int8},
+    {"neon", ggml_cpu_has_neon},       {"sve", ggml_cpu_has_sve},
+};
+
+CpuBackend load_best() {
+    CpuBackend b;
+    b.variant = "linked";
+    b.init = &ggml_backend_cpu_init;
+    b.set_n_threads = &ggml_backend_cpu_set_n_threads;
+    b.type_traits = &ggml_get_type_traits_cpu;
+    b.graph_compute_with_ctx = &ggml_graph_compute_with_ctx;
+    for (const FeatureProbe &p : LINKED_PROBES)
+        if (p.has()) b.features.push_back(p.name);
+    return b;
+}
+
+#endif
+
+}  // namespace
+
+const CpuBackend &cpu_backend() {
+    // Process-wide by nature: ggml's CPU library is loaded into the process once.
+    static const CpuBackend backend = load_best();
+    return backend;
+}
+
+std::string cpu_variant() { return cpu_backend().variant; }
+std::vector<std::string> cpu_features() { return cpu_backend().features; }
+
+ggml_backend_t new_cpu_backend() {
+    const CpuBackend &cpu = cpu_backend();
+    ggml_backend_t b = cpu.init();
+    if (!b) throw std::runtime_error("cannot initialize the ggml CPU backend");
+    cpu.set_n_threads(b, 1);
+    return b;
+}
+
+}  // namespace kazeia
