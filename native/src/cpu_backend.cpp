@@ -21,14 +21,15 @@ namespace {
 const char *const FEATURES[] = {"sse3", "ssse3", "avx",  "avx2", "fma",  "f16c",
                                 "avx_vnni", "avx512", "avx512_vnni", "amx_int8", "neon", "sve"};
 
-// The CPU variant libraries sit beside ggml-base (renamed libkazeia-ggml-cpu-<variant>.so).
+// The CPU variant libraries sit beside our ggml-base (renamed libkazeia-ggml-base.so; found by
+// that soname, not by a ggml symbol, which another ggml in the process may have interposed).
 std::string library_dir() {
-    Dl_info info{};
-    if (!dladdr(reinterpret_cast<void *>(&ggml_backend_cpu_buffer_type), &info) || !info.dli_fname)
-        throw std::runtime_error("cannot locate the ggml libraries");
-    const std::string path = info.dli_fname;
-    const size_t slash = path.rfind('/');
-    return slash == std::string::npos ? "." : path.substr(0, slash);
+    void *base = dlopen("libkazeia-ggml-base.so", RTLD_NOW | RTLD_NOLOAD);
+    char origin[4096] = {0};
+    const bool found = base && dlinfo(base, RTLD_DI_ORIGIN, origin) == 0;
+    if (base) dlclose(base);  // only drops the reference RTLD_NOLOAD took
+    if (!found) throw std::runtime_error("cannot locate the ggml libraries");
+    return origin;
 }
 
 CpuBackend load_best() {

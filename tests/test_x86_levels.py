@@ -1,0 +1,65 @@
+"""One x86-64 build on an older CPU: under qemu's Sandy Bridge model (AVX, no AVX2/FMA/F16C,
+the oldest CPU PyPI's numpy 2.4 imports on), the engine loads ggml's sandybridge CPU library
+and our portable kernels, and still matches the official reference: greedy codes identical,
+the decoder within 1e-4 of the official forward (fp32; only the order of sums differs).
+
+Needs the variant build of ggml (script/ggml-cpu-variants; script/setup installs it on x86-64)
+and qemu-x86_64; skipped, with the reason, without them.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ref_array, ref_codes
+
+from wyoming_kazeia import native
+
+QEMU = shutil.which("qemu-x86_64-static") or shutil.which("qemu-x86_64") or "qemu-x86_64"
+
+pytestmark = [
+    pytest.mark.skipif(platform.machine() != "x86_64", reason="an x86-64 test"),
+    pytest.mark.skipif(shutil.which(QEMU) is None, reason="needs qemu-x86_64 (qemu-user-static)"),
+    pytest.mark.skipif(
+        native.ggml_cpu_variant() == "linked",
+        reason="ggml has one CPU library (AVX2): script/ggml-cpu-variants builds the variants",
+    ),
+]
+
+SCRIPT = """
+import sys
+import numpy as np
+from wyoming_kazeia import native
+talker, decoder, ids, dec_codes, out = sys.argv[1:]
+gen = native.Generator(talker, threads=2)
+codes = gen.generate(np.load(ids), "vivian", "english", greedy=True, repetition_penalty=1.0,
+                     max_frames=23)
+wav = native.SpeechDecoder(decoder, threads=2).decode(np.load(dec_codes))
+np.savez(out, codes=codes, wav=wav, variant=native.ggml_cpu_variant(), isa=native.KERNEL_ISA)
+"""
+
+
+def test_a_cpu_without_avx2_runs_the_sandybridge_library_and_matches_the_reference(
+    talker_gguf: dict[str, Path], decoder_gguf: dict[str, Path], tmp_path: Path
+) -> None:
+    model = "tiny-0.6b"
+    ids, dec_codes, out = tmp_path / "ids.npy", tmp_path / "codes.npy", tmp_path / "out.npz"
+    np.save(ids, ref_array(model, "input_ids"))
+    np.save(dec_codes, ref_codes(model, "dec_codes")[:40])
+    r = subprocess.run(
+        [QEMU, "-cpu", "SandyBridge", sys.executable, "-c", SCRIPT,
+         talker_gguf[model], decoder_gguf[model], ids, dec_codes, out],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = np.load(out)
+    assert str(got["variant"]) == "sandybridge"
+    assert str(got["isa"]).startswith("portable")
+    assert np.array_equal(got["codes"], ref_array(model, "stream_codes"))
+    assert np.abs(got["wav"] - ref_array(model, "dec_wav_prefix40").ravel()).max() < 1e-4
