@@ -5,15 +5,22 @@
 # The first start downloads Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice into /data and converts it
 # once; --model /data/... uses a checkpoint or converted model already in the volume.
 
-# Build stage: compiles the native extension (scikit-build-core brings CMake from PyPI; ggml comes
-# prebuilt from libggml-python) and collects the wheels of the package and its dependencies.
+# Build stage: compiles the native extension (scikit-build-core brings CMake from PyPI) and
+# collects the wheels of the package and its dependencies. ggml comes from libggml-python: on
+# amd64 built from its source release with every x86-64 CPU variant (script/ggml-cpu-variants:
+# the image runs on CPUs without AVX2), on arm64 its prebuilt wheel.
 FROM python:3.11-slim-bookworm AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential=12.9 \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN if [ "$(uname -m)" = "x86_64" ]; then \
+        PYTHON=python script/ggml-cpu-variants --install \
+        && pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels . ; \
+    else \
+        pip wheel --no-cache-dir --wheel-dir /wheels . ; \
+    fi
 
 # Runtime stage: no compiler, non-root user, models and settings in /data.
 FROM python:3.11-slim-bookworm
