@@ -4,9 +4,10 @@ and our portable kernels, and matches the official reference and the native run:
 identical, the decoder within 1e-4 of the official forward and of the native (AVX2) run (fp32;
 only the order of sums differs: measured 2.4e-5 and 1.8e-5 against this box's Zen 4 run).
 
-Under qemu-user, OpenBLAS (numpy's) takes the emulated Westmere for a CPU with AVX and dies in
-an AVX kernel at `import numpy`; OPENBLAS_CORETYPE=Nehalem names the core it detects on a real
-Westmere. It is set for every run here: it changes numpy only, never ggml or our kernels.
+Below x86-64-v2 (qemu64: no SSSE3/SSE4/POPCNT, numpy's floor) every command exits with one line
+naming what the CPU lacks. OPENBLAS_CORETYPE is removed from the emulated runs' environment: a
+value naming a newer core (this box sets Haswell) makes numpy's OpenBLAS run AVX kernels on the
+emulated CPU, which is not what that CPU would do.
 
 Needs the variant build of ggml (script/ggml-cpu-variants; script/setup installs it on x86-64)
 and qemu-x86_64; skipped, with the reason, without them.
@@ -38,6 +39,9 @@ pytestmark = [
     ),
 ]
 
+# The environment of an emulated run: OpenBLAS detects the emulated CPU itself.
+EMULATED_ENV = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+
 SCRIPT = """
 import sys
 import numpy as np
@@ -68,7 +72,7 @@ def test_a_cpu_without_avx2_runs_its_ggml_library_and_matches_the_reference(
     r = subprocess.run(
         [QEMU, "-cpu", cpu, sys.executable, "-c", SCRIPT,
          talker_gguf[model], decoder_gguf[model], ids, dec_codes, out],
-        env={**os.environ, "OPENBLAS_CORETYPE": "Nehalem"},
+        env=EMULATED_ENV,
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
@@ -81,3 +85,14 @@ def test_a_cpu_without_avx2_runs_its_ggml_library_and_matches_the_reference(
         np.load(dec_codes)
     )
     assert np.abs(got["wav"] - native_wav).max() < 1e-4
+
+
+@pytest.mark.parametrize("command", ["wyoming_kazeia", "wyoming_kazeia.synth"])
+def test_a_cpu_below_x86_64_v2_gets_one_line_naming_what_it_lacks(command: str) -> None:
+    r = subprocess.run(
+        [QEMU, "-cpu", "qemu64", sys.executable, "-m", command, "--help"],
+        env=EMULATED_ENV, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1 and r.stdout == ""
+    lines = [line for line in r.stderr.splitlines() if not line.startswith("qemu")]
+    assert len(lines) == 1 and "SSE4.2" in lines[0] and "POPCNT" in lines[0], r.stderr

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-from . import __version__
+from . import __version__, cpu_floor  # noqa: F401 - cpu_floor first: it checks the CPU
 from .engine import Engine
 from .errors import KazeiaError, SettingsError
 from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model, summarize

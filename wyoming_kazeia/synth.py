@@ -22,6 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import cpu_floor  # noqa: F401 - first: it checks the CPU before numpy loads
+
+# isort: split
 import numpy as np
 import soundfile as sf
 

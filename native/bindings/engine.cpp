@@ -206,6 +206,8 @@ void def_engine(py::module_ &m) {
             return d;
         },
         "Which of ggml's CPU kernels run here: {variant, features}.");
+    m.def("missing_cpu_features", &missing_cpu_features,
+          "What this CPU lacks of the floor the build needs (x86-64-v2); empty when it runs.");
     m.attr("PROMPT_ROLE_TOKENS") = PROMPT_ROLE_TOKENS;
     m.attr("PROMPT_TRAILER_TOKENS") = PROMPT_TRAILER_TOKENS;
     m.def("frame_budget", &frame_budget, py::arg("text_tokens"),

@@ -119,6 +119,18 @@ const CpuBackend &cpu_backend() {
 std::string cpu_variant() { return cpu_backend().variant; }
 std::vector<std::string> cpu_features() { return cpu_backend().features; }
 
+std::vector<std::string> missing_cpu_features() {
+    std::vector<std::string> missing;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("ssse3")) missing.push_back("SSSE3");
+    if (!__builtin_cpu_supports("sse4.1")) missing.push_back("SSE4.1");
+    if (!__builtin_cpu_supports("sse4.2")) missing.push_back("SSE4.2");
+    if (!__builtin_cpu_supports("popcnt")) missing.push_back("POPCNT");
+#endif
+    return missing;
+}
+
 ggml_backend_t new_cpu_backend() {
     const CpuBackend &cpu = cpu_backend();
     ggml_backend_t b = cpu.init();
