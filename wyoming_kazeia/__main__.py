@@ -326,21 +326,23 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
     )
     service.attach(engine, args.voice, summary.name)
     if not args.no_warmup:
-        elapsed = await _in_thread(lambda: _warm_up(service))
-        _LOGGER.info("warm-up synthesis: %.2f s (the first request is not the cold one)", elapsed)
+        # One short synthesis of the default voice: graphs, weight pages, its voice prefix.
+        warm_start = time.monotonic()
+        speaker, language = service.resolve_voice(None)
+        warm_up = service.engine.synthesize(
+            WARMUP_TEXT, speaker, language, max_frames=WARMUP_FRAMES, seed=0
+        )
+        try:
+            await _in_thread(lambda: sum(1 for _ in warm_up))
+        finally:
+            # A SIGTERM during the warm-up: its threads end (within a frame) before the process
+            # does, so that no native work runs while the interpreter shuts down.
+            warm_up.close()
+        _LOGGER.info(
+            "warm-up synthesis: %.2f s (the first request is not the cold one)",
+            time.monotonic() - warm_start,
+        )
     _banner(service, summary.origin, model_dir, time.monotonic() - start)
-
-
-def _warm_up(service: TtsService) -> float:
-    """One short synthesis of the default voice: graphs, weight pages, its voice prefix."""
-    start = time.monotonic()
-    speaker, language = service.resolve_voice(None)
-    synthesis = service.engine.synthesize(
-        WARMUP_TEXT, speaker, language, max_frames=WARMUP_FRAMES, seed=0
-    )
-    for _ in synthesis:
-        pass
-    return time.monotonic() - start
 
 
 def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) -> None:
