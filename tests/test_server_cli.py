@@ -498,6 +498,7 @@ def test_a_model_file_changed_under_the_server_never_crashes_it(
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
+        print(stderr[-3000:])  # shown with a failure above: the server's last words
     assert proc.returncode == 0, stderr[-3000:]
     assert "changed on disk" in stderr and "Traceback" not in stderr
 
