@@ -528,3 +528,20 @@ def test_a_model_in_the_hugging_face_cache_is_not_fetched_again(
     (converted,) = (data / "converted").iterdir()
     source = json.loads((converted / "source.json").read_text())
     assert source["repo_id"] == DEFAULT_MODEL and source["revision"] == revision
+
+
+def test_the_service_is_ready_only_after_its_warm_up(tiny_model: Path) -> None:
+    """The warm-up synthesis runs before `describe` says installed: no request shares the engine
+    with it, and a SIGTERM right after the service is ready finds the warm-up ended."""
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [*SERVER, "--uri", uri, "--model", str(tiny_model)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_until_ready(proc, uri)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr[-3000:]
+    warmed, stopping = stderr.find("warm-up synthesis:"), stderr.find("SIGTERM: stopping")
+    assert 0 <= warmed < stopping, stderr[-3000:]

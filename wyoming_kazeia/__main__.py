@@ -36,7 +36,7 @@ from .native import KERNEL_ISA, ggml_cpu_features, ggml_cpu_variant
 from .server import serve
 from .service import TtsService
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
-from .voices import DEFAULT_SPEAKER
+from .voices import DEFAULT_SPEAKER, VoiceCatalog
 
 _LOGGER = logging.getLogger("wyoming_kazeia")
 
@@ -324,24 +324,28 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
         int(engine.generator.hparams["kazeia.talker.hidden_size"]),
         bool(engine.speakers),
     )
-    service.attach(engine, args.voice, summary.name)
     if not args.no_warmup:
-        # One short synthesis of the default voice: graphs, weight pages, its voice prefix.
+        # One short synthesis of the default voice (graphs, weight pages, its voice prefix),
+        # before the service is ready: no request shares the engine with it.
+        service.set_loading(f"warming up {model_dir}")
         warm_start = time.monotonic()
-        speaker, language = service.resolve_voice(None)
-        warm_up = service.engine.synthesize(
+        speaker, language = VoiceCatalog(engine.speakers, engine.languages).resolve(args.voice)
+        warm_up = engine.synthesize(
             WARMUP_TEXT, speaker, language, max_frames=WARMUP_FRAMES, seed=0
         )
         try:
             await _in_thread(lambda: sum(1 for _ in warm_up))
+            _LOGGER.info(
+                "warm-up synthesis: %.2f s (the first request is not the cold one)",
+                time.monotonic() - warm_start,
+            )
+        except KazeiaError as err:  # e.g. a model file replaced meanwhile: requests reload it
+            _LOGGER.warning("warm-up synthesis failed: %s", err)
         finally:
             # A SIGTERM during the warm-up: its threads end (within a frame) before the process
             # does, so that no native work runs while the interpreter shuts down.
             warm_up.close()
-        _LOGGER.info(
-            "warm-up synthesis: %.2f s (the first request is not the cold one)",
-            time.monotonic() - warm_start,
-        )
+    service.attach(engine, args.voice, summary.name)
     _banner(service, summary.origin, model_dir, time.monotonic() - start)
 
 
