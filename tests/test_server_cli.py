@@ -156,6 +156,19 @@ def wait_until_ready(proc: subprocess.Popen[str], uri: str) -> list[str]:
         time.sleep(0.02)
 
 
+def ready_then_stopped(cmd: list[str], uri: str, env: dict[str, str] | None = None) -> str:
+    """Starts the server, waits until it is ready and stops it with SIGTERM, which it must
+    survive cleanly (exit 0); returns its stderr."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_until_ready(proc, uri)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr[-3000:]
+    return stderr
+
+
 def _bound(uri: str) -> bool:
     return not uri.startswith("unix://") or Path(uri[len("unix://") :]).exists()
 
@@ -517,13 +530,7 @@ def test_a_model_in_the_hugging_face_cache_is_not_fetched_again(
     uri = f"tcp://127.0.0.1:{free_port()}"
     data = tmp_path / "data"
     cmd = [*SERVER, "--uri", uri, "--data-dir", str(data), "--quant", "f32", *FRAMES]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        wait_until_ready(proc, uri)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr[-3000:]
+    stderr = ready_then_stopped(cmd, uri, env)
     assert "downloading" not in stderr
     (converted,) = (data / "converted").iterdir()
     source = json.loads((converted / "source.json").read_text())
@@ -534,14 +541,6 @@ def test_the_service_is_ready_only_after_its_warm_up(tiny_model: Path) -> None:
     """The warm-up synthesis runs before `describe` says installed: no request shares the engine
     with it, and a SIGTERM right after the service is ready finds the warm-up ended."""
     uri = f"tcp://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [*SERVER, "--uri", uri, "--model", str(tiny_model)], stderr=subprocess.PIPE, text=True
-    )
-    try:
-        wait_until_ready(proc, uri)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr[-3000:]
+    stderr = ready_then_stopped([*SERVER, "--uri", uri, "--model", str(tiny_model)], uri)
     warmed, stopping = stderr.find("warm-up synthesis:"), stderr.find("SIGTERM: stopping")
     assert 0 <= warmed < stopping, stderr[-3000:]
