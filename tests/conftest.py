@@ -13,7 +13,9 @@ from wyoming_kazeia.convert import convert, convert_part
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "reference"
-REFERENCE_MODELS = ("tiny-0.6b", "tiny-1.7b")
+REFERENCE_MODELS = ("tiny-0.6b", "tiny-1.7b")  # CustomVoice
+CLONE_MODELS = ("tiny-base-0.6b", "tiny-base-1.7b")  # Base
+DESIGN_MODELS = ("tiny-design-1.7b",)  # VoiceDesign
 
 
 def ref_array(model: str, name: str) -> np.ndarray:
@@ -26,13 +28,15 @@ def ref_codes(model: str, name: str) -> np.ndarray:
     return np.ascontiguousarray(ref_array(model, name).T)
 
 
-def _convert_each(factory: pytest.TempPathFactory, part: str) -> dict[str, Path]:
+def _convert_each(
+    factory: pytest.TempPathFactory, part: str, models: tuple[str, ...] = REFERENCE_MODELS
+) -> dict[str, Path]:
     """The GGUF of `part` (f32) of each reference model, converted once per test session."""
     return {
         model: convert_part(
             part, REFERENCE / model / "model", factory.mktemp(model) / f"{part}.gguf", "f32"
         )
-        for model in REFERENCE_MODELS
+        for model in models
     }
 
 
@@ -44,8 +48,10 @@ def decoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def talker_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """talker.gguf (f32) of each reference model."""
-    return _convert_each(tmp_path_factory, "talker")
+    """talker.gguf (f32) of each reference model, of every kind."""
+    return _convert_each(
+        tmp_path_factory, "talker", REFERENCE_MODELS + CLONE_MODELS + DESIGN_MODELS
+    )
 
 
 @pytest.fixture(scope="session")

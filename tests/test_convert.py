@@ -12,7 +12,6 @@ import gguf
 import numpy as np
 import pytest
 from conftest import REFERENCE, ref_codes
-from kazeia_dev.random_checkpoint import main as random_checkpoint
 from safetensors.numpy import load_file, save_file
 
 from wyoming_kazeia.convert import (
@@ -252,12 +251,37 @@ def test_f16_decoder_streams_exactly_and_stays_close_to_f32(tmp_path: Path) -> N
     assert 30 < snr_db < 120, snr_db
 
 
-def test_base_checkpoint_is_refused_clearly(tmp_path: Path) -> None:
-    ckpt = tmp_path / "base"
-    assert random_checkpoint([str(ckpt), "--size", "tiny", "--variant", "base", "-q"]) == 0
-    with pytest.raises(ConversionError, match="Base .voice-cloning. checkpoint"):
+@pytest.mark.parametrize(
+    ("model", "kind", "speakers"),
+    [
+        ("tiny-1.7b", "custom_voice", 9),
+        ("tiny-base-0.6b", "base", 0),
+        ("tiny-design-1.7b", "voice_design", 0),
+    ],
+)
+def test_every_kind_converts_and_the_talker_knows_its_kind(
+    talker_gguf: dict[str, Path], model: str, kind: str, speakers: int
+) -> None:
+    from wyoming_kazeia.native import Generator
+
+    gen = Generator(str(talker_gguf[model]), threads=1)
+    size = "0b6" if "0.6b" in model else "1b7"
+    assert gen.hparams["kazeia.talker.model_type"] == kind
+    assert gen.hparams["kazeia.talker.model_size"] == size
+    assert len(gen.speakers) == speakers
+    # The plain languages of every kind; the dialects come with CustomVoice's dialect speakers.
+    assert len(gen.languages) == (12 if kind == "custom_voice" else 10)
+
+
+def test_a_checkpoint_without_a_kind_is_refused_clearly(tmp_path: Path) -> None:
+    ckpt = tmp_path / "nokind"
+    shutil.copytree(TINY, ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    del config["tts_model_type"]
+    (ckpt / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConversionError, match="lacks 'tts_model_type'"):
         convert(ckpt, tmp_path / "out")
-    assert not (tmp_path / "out" / "decoder.gguf").exists()
+    assert not (tmp_path / "out" / "talker.gguf").exists()
 
 
 def test_cli_main(tmp_path: Path) -> None:
@@ -298,7 +322,7 @@ def test_talker_gguf_matches_native_tables(talker_gguf: dict[str, Path]) -> None
         dialects = {k: v or "" for k, v in config["talker_config"]["spk_is_dialect"].items()}
         assert loaded["kazeia.speaker_dialects"] == dialects
         assert loaded["kazeia.gen.top_k"] == 50
-        assert ("cp.in_proj.weight" in {t.name for t in reader.tensors}) == (model == "tiny-1.7b")
+        assert ("cp.in_proj.weight" in {t.name for t in reader.tensors}) == model.endswith("1.7b")
 
 
 def test_talker_quant_fallback_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -330,6 +330,19 @@ def test_base_variant_adds_the_speaker_encoder(size: str, hidden: int) -> None:
     assert config["tts_model_type"] == "base"
     assert config["talker_config"]["spk_id"] == {}
     assert config["speaker_encoder_config"]["enc_dim"] == hidden
+    # Only CustomVoice has dialect speakers, and with them the dialect languages.
+    assert not any(n.endswith("_dialect") for n in config["talker_config"]["codec_language_id"])
+
+
+def test_voice_design_variant_has_no_speakers_and_no_speaker_encoder() -> None:
+    custom = specs_by_name("1.7b", "custom_voice")
+    design = specs_by_name("1.7b", "voice_design")
+    assert set(design) == set(custom)
+    config = rc.model_config("1.7b", "voice_design")
+    assert config["tts_model_type"] == "voice_design"
+    assert "speaker_encoder_config" not in config
+    assert config["talker_config"]["spk_id"] == {} == config["talker_config"]["spk_is_dialect"]
+    assert len(config["talker_config"]["codec_language_id"]) == 10
 
 
 def test_full_size_checkpoint_sizes() -> None:
@@ -345,7 +358,7 @@ def test_unknown_size_or_variant_is_refused() -> None:
     with pytest.raises(ValueError):
         rc.tensor_specs("7b")
     with pytest.raises(ValueError):
-        rc.model_config("tiny", "voice_design")
+        rc.model_config("tiny", "voice_clone")
 
 
 # ---------------------------------------------------------------------------------------------

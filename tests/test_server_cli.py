@@ -220,10 +220,13 @@ def test_repo_id_checkpoint_is_converted_once_then_served_over_unix_socket(
 def test_a_checkpoint_of_a_kind_it_cannot_serve_is_refused_before_converting(
     tmp_path: Path,
 ) -> None:
-    base = tmp_path / "base"
-    assert random_checkpoint([str(base), "--size", "tiny", "--variant", "base", "-q"]) == 0
-    result = run_cli("--model", str(base), "--data-dir", str(tmp_path / "d"), *free_uri())
-    one_line_error(result, "a 'base' checkpoint")
+    other = tmp_path / "other"
+    assert random_checkpoint([str(other), "--size", "tiny", "-q"]) == 0
+    config = json.loads((other / "config.json").read_text())
+    config["tts_model_type"] = "voice_conversion"  # a kind that does not exist (yet)
+    (other / "config.json").write_text(json.dumps(config))
+    result = run_cli("--model", str(other), "--data-dir", str(tmp_path / "d"), *free_uri())
+    one_line_error(result, "a 'voice_conversion' checkpoint")
     assert not (tmp_path / "d" / "converted").exists() or not any(
         (tmp_path / "d" / "converted").iterdir()
     )

@@ -58,12 +58,25 @@ class FrameIterator:
     @property
     def stats(self) -> dict[str, float]: ...
 
+class Voice:
+    def __init__(
+        self,
+        instruct_ids: npt.ArrayLike | None = None,
+        speaker_embedding: npt.ArrayLike | None = None,
+        ref_ids: npt.ArrayLike | None = None,
+        ref_codes: npt.ArrayLike | None = None,
+    ) -> None: ...
+    @property
+    def in_context(self) -> bool: ...
+    @property
+    def reference_frames(self) -> int: ...
+
 class Generator:
     def __init__(self, path: str, threads: int = 2, polite: bool = False) -> None: ...
     def frames(
         self,
         input_ids: npt.ArrayLike,
-        speaker: str,
+        speaker: str = "",
         language: str = "auto",
         non_streaming: bool = False,
         greedy: bool = False,
@@ -73,11 +86,12 @@ class Generator:
         top_p: float | None = None,
         repetition_penalty: float | None = None,
         max_frames: int = 2048,
+        voice: Voice | None = None,
     ) -> FrameIterator: ...
     def generate(
         self,
         input_ids: npt.ArrayLike,
-        speaker: str,
+        speaker: str = "",
         language: str = "auto",
         non_streaming: bool = False,
         greedy: bool = False,
@@ -87,15 +101,17 @@ class Generator:
         top_p: float | None = None,
         repetition_penalty: float | None = None,
         max_frames: int = 2048,
+        voice: Voice | None = None,
     ) -> npt.NDArray[np.int32]: ...
     def trace(
         self,
         input_ids: npt.ArrayLike,
-        speaker: str,
+        speaker: str = "",
         language: str = "auto",
         non_streaming: bool = False,
         max_frames: int = 2048,
         kv_block: int = 256,
+        voice: Voice | None = None,
     ) -> dict[str, npt.NDArray[Any]]: ...
     def text_tokens(self, input_ids: npt.ArrayLike) -> int: ...
     @property

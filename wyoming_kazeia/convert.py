@@ -178,8 +178,12 @@ def _config_value(config: dict[str, Any], path: str, source: Path) -> Any:
 
 
 def _typed(value: Any, kind: str, key: str) -> Any:
-    """A metadata value as its GGUF kind (u32, f32, u32_array)."""
+    """A metadata value as its GGUF kind (u32, f32, u32_array, str)."""
     try:
+        if kind == "str":
+            if not isinstance(value, str) or not value:
+                raise ValueError(value)
+            return value
         if kind == "u32":
             if int(value) != value or value < 0:
                 raise ValueError(value)
@@ -370,19 +374,13 @@ def part_metadata(name: str, checkpoint_dir: Path) -> list[tuple[str, Any, str]]
         if fname not in files:
             files[fname] = _read_json(checkpoint_dir / fname)
         value = _config_value(files[fname], path, checkpoint_dir / fname)
-        if k["type"] in ("u32", "f32", "u32_array"):
+        if k["type"] in ("u32", "f32", "u32_array", "str"):
             out.append((k["key"], _typed(value, k["type"], k["key"]), k["type"]))
             continue
         if not isinstance(value, dict):
             raise ConversionError(f"{checkpoint_dir / fname}: '{path}' is not a mapping")
-        if not value and k["type"] == "str_u32_map":
-            # The Base models have no built-in speakers: they clone a voice from reference
-            # audio, which the engine does not do (yet).
-            raise ConversionError(
-                f"{checkpoint_dir / fname}: '{path}' is empty: a Base (voice-cloning) "
-                "checkpoint? Kazeia speaks with the built-in speakers of the CustomVoice "
-                "models, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
-            )
+        if not value:
+            continue  # no keys (GGUF has no empty arrays): the Base and VoiceDesign speakers
         names = sorted(str(n).lower() for n in value)
         lowered = {str(n).lower(): v for n, v in value.items()}
         if k["type"] == "str_u32_map":

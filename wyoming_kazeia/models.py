@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .convert import convert
+from .convert import PARTS, convert
 from .errors import ConversionError, ModelNotFoundError
 
 _LOGGER = logging.getLogger(__name__)
@@ -47,8 +47,11 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # The files a conversion reads (the speech tokenizer lives in a subfolder).
 _DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "speech_tokenizer/*"]
 # The checkpoint kinds the engine serves (config.json's tts_model_type).
-SERVED_KINDS = ("custom_voice",)
+SERVED_KINDS = ("custom_voice", "base", "voice_design")
 SOURCE_FILE = "source.json"  # in a converted folder: where it came from
+# The format version of every part this build reads: a conversion recorded with other versions
+# is made again (from its checkpoint) instead of failing to load.
+FORMATS = {str(part["name"]): int(part["format_version"]) for part in PARTS}
 
 Progress = Callable[[str], None]
 
@@ -73,8 +76,8 @@ def check_servable(config: dict[str, Any], where: str) -> None:
     kind = config.get("tts_model_type")
     if kind is not None and kind not in SERVED_KINDS:
         raise ConversionError(
-            f"{where} is a {kind!r} checkpoint: Kazeia speaks with the built-in speakers of the "
-            "CustomVoice models, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+            f"{where} is a {kind!r} checkpoint: Kazeia serves the Qwen3-TTS 12 Hz kinds "
+            f"{', '.join(SERVED_KINDS)}"
         )
 
 
@@ -91,8 +94,8 @@ def _convert_once(
     checkpoint: Path, out: Path, quant: str, source: dict[str, Any], progress: Progress
 ) -> Path:
     """`checkpoint` converted into `out` (built beside it, renamed when complete), with its
-    source recorded; reused when already there."""
-    if is_converted(out):
+    source and format versions recorded; reused when already there in this build's formats."""
+    if is_converted(out) and source_of(out).get("formats") == FORMATS:
         return out
     try:
         check_servable(json.loads((checkpoint / "config.json").read_text()), str(checkpoint))
@@ -100,7 +103,12 @@ def _convert_once(
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         convert(checkpoint, tmp, quant, progress=progress)
-        record = {**source, "quant": quant, "converted_by": f"wyoming-kazeia {__version__}"}
+        record = {
+            **source,
+            "quant": quant,
+            "formats": FORMATS,
+            "converted_by": f"wyoming-kazeia {__version__}",
+        }
         (tmp / SOURCE_FILE).write_text(json.dumps(record, indent=1) + "\n")
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
@@ -149,7 +157,12 @@ def resolve_model(
             f"Hugging Face repo id such as {DEFAULT_MODEL}"
         )
     out = data_dir / "converted" / f"{repo_id.replace('/', '--')}-{quant}"
-    if is_converted(out) and source_of(out).get("repo_id") == repo_id:
+    recorded = source_of(out)
+    if (
+        is_converted(out)
+        and recorded.get("repo_id") == repo_id
+        and recorded.get("formats") == FORMATS
+    ):
         return out  # converted before: no network, the checkpoint may be gone
     legacy = data_dir / "hf" / repo_id.replace("/", "--")
     if is_checkpoint(legacy):

@@ -6,7 +6,7 @@ is the official one, only the numbers are random (drawn at meaningful scales so 
 silent, saturated or trivially symmetric).
 
     script/random-checkpoint OUT_DIR --size tiny|tiny-1.7b|0.6b|1.7b \
-        [--variant custom_voice|base] [--seed N]
+        [--variant custom_voice|base|voice_design] [--seed N]
 
 Sizes:
   ``tiny`` (alias ``tiny-0.6b``)  the layout of the tiny reference checkpoints (talker hidden 16 ==
@@ -60,7 +60,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 SIZES: tuple[str, ...] = ("tiny", "tiny-0.6b", "tiny-1.7b", "0.6b", "1.7b")
-VARIANTS: tuple[str, ...] = ("custom_voice", "base")
+VARIANTS: tuple[str, ...] = ("custom_voice", "base", "voice_design")
 DEFAULT_SEED = 0
 
 MODEL_FILE = "model.safetensors"
@@ -226,9 +226,14 @@ def _talker_config(
         "codec_nothink_id": 2155,
         "codec_think_bos_id": 2156,
         "codec_think_eos_id": 2157,
-        "codec_language_id": dict(CODEC_LANGUAGE_ID),
-        # Base (voice clone) checkpoints carry no preset speakers; the official code still reads
-        # spk_id.keys(), so it is an empty mapping rather than absent.
+        # Only CustomVoice has the dialect speakers, hence the dialect language entries.
+        "codec_language_id": {
+            name: code
+            for name, code in CODEC_LANGUAGE_ID.items()
+            if custom or not name.endswith("_dialect")
+        },
+        # Base (voice clone) and VoiceDesign checkpoints carry no preset speakers; the official
+        # code still reads spk_id.keys(), so it is an empty mapping rather than absent.
         "spk_id": dict(SPEAKER_ID) if custom else {},
         "spk_is_dialect": dict(SPEAKER_IS_DIALECT) if custom else {},
         "position_id_per_seconds": 13,
@@ -319,7 +324,7 @@ def model_config(size: str, variant: str = "custom_voice") -> dict[str, Any]:
             variant=variant,
         )
         speaker_encoder = {"enc_dim": hidden, "sample_rate": 24000}
-    return {
+    config: dict[str, Any] = {
         "model_type": "qwen3_tts",
         "architectures": ["Qwen3TTSForConditionalGeneration"],
         "tokenizer_type": "qwen3_tts_tokenizer_12hz",
@@ -336,6 +341,9 @@ def model_config(size: str, variant: str = "custom_voice") -> dict[str, Any]:
         "torch_dtype": "float32" if tiny else "bfloat16",
         "transformers_version": _TRANSFORMERS_VERSION,
     }
+    if variant == "voice_design":
+        del config["speaker_encoder_config"]  # the published VoiceDesign config has none
+    return config
 
 
 def speech_tokenizer_config(size: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ template <class H> py::dict meta_to_dict(const std::vector<MetaKey<H>> &keys, H 
         case MetaType::U32: d[key] = k.u32(hp); break;
         case MetaType::F32: d[key] = k.f32(hp); break;
         case MetaType::U32_ARRAY: d[key] = k.u32_array(hp); break;
+        case MetaType::STR: d[key] = k.str(hp); break;
         case MetaType::STR_U32_MAP:
         case MetaType::STR_STR_MAP: {
             py::dict m;

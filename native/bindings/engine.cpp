@@ -45,10 +45,10 @@ std::vector<int32_t> codes_from_array(const py::array &arr, const DecoderHParams
 }
 
 // The int32 ids of a 1-D integer array (or sequence).
-std::vector<int32_t> ids_from(const py::array &arr) {
+std::vector<int32_t> ids_from(const py::array &arr, const char *what = "input_ids") {
     const char kind = arr.dtype().kind();
     if ((kind != 'i' && kind != 'u') || arr.ndim() != 1)
-        throw InputError("input_ids must be a 1-D sequence of integers");
+        throw InputError(std::string(what) + " must be a 1-D sequence of integers");
     auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
     std::vector<int32_t> out(wide.size());
     for (size_t i = 0; i < out.size(); ++i) {
@@ -59,13 +59,42 @@ std::vector<int32_t> ids_from(const py::array &arr) {
     return out;
 }
 
-GenerationOptions options_from(const std::string &speaker, const std::string &language,
-                               bool non_streaming, bool greedy, std::optional<uint64_t> seed,
-                               std::optional<float> temperature, std::optional<int> top_k,
-                               std::optional<float> top_p, std::optional<float> repetition_penalty,
-                               int max_frames) {
+// A Voice from Python arrays (None: absent); the prompt checks them against the model.
+VoiceOptions voice_from(const py::object &instruct_ids, const py::object &speaker_embedding,
+                        const py::object &ref_ids, const py::object &ref_codes) {
+    VoiceOptions v;
+    if (!instruct_ids.is_none()) v.instruct_ids = ids_from(instruct_ids.cast<py::array>(), "instruct_ids");
+    if (!ref_ids.is_none()) v.ref_ids = ids_from(ref_ids.cast<py::array>(), "ref_ids");
+    if (!speaker_embedding.is_none()) {
+        auto e = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(speaker_embedding);
+        if (!e || e.ndim() != 1) throw InputError("speaker_embedding must be a 1-D float array");
+        v.speaker_embedding.assign(e.data(), e.data() + e.size());
+    }
+    if (!ref_codes.is_none()) {
+        auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ref_codes);
+        constexpr py::ssize_t groups = std::tuple_size_v<Frame>;
+        if (!c || c.ndim() != 2 || c.shape(1) != groups || c.shape(0) < 1)
+            throw InputError("ref_codes must be an integer array [frames >= 1, 16]");
+        for (py::ssize_t t = 0; t < c.shape(0); ++t) {
+            Frame f{};
+            for (py::ssize_t g = 0; g < groups; ++g) {
+                const int64_t x = c.at(t, g);
+                f[g] = (x < INT32_MIN || x > INT32_MAX) ? -1 : (int32_t)x;
+            }
+            v.ref_codes.push_back(f);
+        }
+    }
+    return v;
+}
+
+GenerationOptions options_from(const std::string &speaker, const VoiceOptions *voice,
+                               const std::string &language, bool non_streaming, bool greedy,
+                               std::optional<uint64_t> seed, std::optional<float> temperature,
+                               std::optional<int> top_k, std::optional<float> top_p,
+                               std::optional<float> repetition_penalty, int max_frames) {
     GenerationOptions o;
     o.speaker = speaker;
+    if (voice) o.voice = *voice;
     o.language = language;
     o.non_streaming = non_streaming;
     o.greedy = greedy;
@@ -219,6 +248,18 @@ void def_engine(py::module_ &m) {
         .def("close", &FrameIterator::close)
         .def_property_readonly("stats", &FrameIterator::stats);
 
+    py::class_<VoiceOptions>(m, "Voice",
+                             "What makes a voice beyond a built-in speaker: instruct_ids (a "
+                             "tokenized '<|im_start|>user\\n{instruction}<|im_end|>\\n'), "
+                             "speaker_embedding (Base: an x-vector), ref_ids and ref_codes (Base "
+                             "in context: the reference transcript as '<|im_start|>assistant\\n"
+                             "{text}<|im_end|>\\n' and its codes [T, 16]).")
+        .def(py::init(&voice_from), py::arg("instruct_ids") = py::none(),
+             py::arg("speaker_embedding") = py::none(), py::arg("ref_ids") = py::none(),
+             py::arg("ref_codes") = py::none())
+        .def_property_readonly("in_context", [](const VoiceOptions &v) { return !v.ref_codes.empty(); })
+        .def_property_readonly("reference_frames", [](const VoiceOptions &v) { return v.ref_codes.size(); });
+
     py::class_<Generator>(m, "Generator")
         .def(py::init<const std::string &, int, bool>(), py::arg("path"), py::arg("threads") = 2,
              py::arg("polite") = false, py::call_guard<py::gil_scoped_release>())
@@ -228,10 +269,10 @@ void def_engine(py::module_ &m) {
                const std::string &language, bool non_streaming, bool greedy,
                std::optional<uint64_t> seed, std::optional<float> temperature,
                std::optional<int> top_k, std::optional<float> top_p,
-               std::optional<float> repetition_penalty, int max_frames) {
+               std::optional<float> repetition_penalty, int max_frames, const VoiceOptions *voice) {
                 auto ids = ids_from(input_ids);
-                auto o = options_from(speaker, language, non_streaming, greedy, seed, temperature,
-                                      top_k, top_p, repetition_penalty, max_frames);
+                auto o = options_from(speaker, voice, language, non_streaming, greedy, seed,
+                                      temperature, top_k, top_p, repetition_penalty, max_frames);
                 std::unique_ptr<GenerationSession> s;
                 {
                     py::gil_scoped_release release;
@@ -239,22 +280,22 @@ void def_engine(py::module_ &m) {
                 }
                 return FrameIterator(std::move(s));
             },
-            py::keep_alive<0, 1>(), py::arg("input_ids"), py::arg("speaker"),
+            py::keep_alive<0, 1>(), py::arg("input_ids"), py::arg("speaker") = "",
             py::arg("language") = "auto", py::arg("non_streaming") = false,
             py::arg("greedy") = false, py::arg("seed") = py::none(),
             py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
             py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
-            py::arg("max_frames") = 2048)
+            py::arg("max_frames") = 2048, py::arg("voice") = nullptr)
         .def(
             "generate",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,
                const std::string &language, bool non_streaming, bool greedy,
                std::optional<uint64_t> seed, std::optional<float> temperature,
                std::optional<int> top_k, std::optional<float> top_p,
-               std::optional<float> repetition_penalty, int max_frames) {
+               std::optional<float> repetition_penalty, int max_frames, const VoiceOptions *voice) {
                 auto ids = ids_from(input_ids);
-                auto o = options_from(speaker, language, non_streaming, greedy, seed, temperature,
-                                      top_k, top_p, repetition_penalty, max_frames);
+                auto o = options_from(speaker, voice, language, non_streaming, greedy, seed,
+                                      temperature, top_k, top_p, repetition_penalty, max_frames);
                 std::vector<Frame> frames;
                 {
                     py::gil_scoped_release release;
@@ -263,19 +304,21 @@ void def_engine(py::module_ &m) {
                 }
                 return frames_to_numpy(frames);
             },
-            py::arg("input_ids"), py::arg("speaker"), py::arg("language") = "auto",
+            py::arg("input_ids"), py::arg("speaker") = "", py::arg("language") = "auto",
             py::arg("non_streaming") = false, py::arg("greedy") = false,
             py::arg("seed") = py::none(), py::arg("temperature") = py::none(),
             py::arg("top_k") = py::none(), py::arg("top_p") = py::none(),
             py::arg("repetition_penalty") = py::none(), py::arg("max_frames") = 2048,
+            py::arg("voice") = nullptr,
             "All frames at once: int32 [T, 16] (T < max_frames when eos came first).")
         .def(
             "trace",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,
-               const std::string &language, bool non_streaming, int max_frames, int kv_block) {
+               const std::string &language, bool non_streaming, int max_frames, int kv_block,
+               const VoiceOptions *voice) {
                 auto ids = ids_from(input_ids);
-                auto o = options_from(speaker, language, non_streaming, true, 0, std::nullopt,
-                                      std::nullopt, std::nullopt, 1.0f, max_frames);
+                auto o = options_from(speaker, voice, language, non_streaming, true, 0,
+                                      std::nullopt, std::nullopt, std::nullopt, 1.0f, max_frames);
                 o.kv_block = kv_block;
                 GenerationTrace trace;
                 std::vector<Frame> frames;
@@ -296,9 +339,9 @@ void def_engine(py::module_ &m) {
                 out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (heads * cpv), heads, cpv});
                 return out;
             },
-            py::arg("input_ids"), py::arg("speaker"), py::arg("language") = "auto",
+            py::arg("input_ids"), py::arg("speaker") = "", py::arg("language") = "auto",
             py::arg("non_streaming") = false, py::arg("max_frames") = 2048,
-            py::arg("kv_block") = 256,
+            py::arg("kv_block") = 256, py::arg("voice") = nullptr,
             "Greedy generation (repetition penalty 1) recording every intermediate the official "
             "reference pins down. kv_block: talker cache growth step (tests).")
         .def(

@@ -26,6 +26,7 @@ const char *name_of(MetaType t) {
     case MetaType::U32: return "u32";
     case MetaType::F32: return "f32";
     case MetaType::U32_ARRAY: return "u32_array";
+    case MetaType::STR: return "str";
     case MetaType::STR_U32_MAP: return "str_u32_map";
     case MetaType::STR_STR_MAP: return "str_str_map";
     }
@@ -57,11 +58,13 @@ const char *name_of(Storage s) {
 }
 
 // The hyper-parameters that shape a part's tensors, from {GGUF key: value}; the maps (speaker
-// and language tables) shape nothing and are skipped.
+// and language tables) and texts shape nothing and are skipped.
 template <class H> H meta_from_dict(const std::vector<MetaKey<H>> &keys, const py::dict &d) {
     H hp;
     for (const MetaKey<H> &k : keys) {
-        if (k.type == MetaType::STR_U32_MAP || k.type == MetaType::STR_STR_MAP) continue;
+        if (k.type == MetaType::STR_U32_MAP || k.type == MetaType::STR_STR_MAP ||
+            k.type == MetaType::STR)
+            continue;
         if (!d.contains(k.key.c_str())) throw InputError("missing hyper-parameter " + k.key);
         py::handle v = d[k.key.c_str()];
         if (k.type == MetaType::U32) k.u32(hp) = v.cast<uint32_t>();

@@ -93,10 +93,7 @@ struct GenerationSession::State {
         pending_step.reset();
         const auto t0 = std::chrono::steady_clock::now();
         step_embed.assign(d, 0.0f);
-        add_embedding_row(m.codec_embd, frame[0], step_embed.data());
-        for (int g = 1; g < (int)hp.num_code_groups; ++g)
-            add_embedding_row(m.cp_embd, (int64_t)(g - 1) * hp.predictor.vocab_size + frame[g],
-                              step_embed.data());
+        m.add_frame_embedding(frame, step_embed.data());
         const float *text = prompt.step_text(n_frames - 1);
         for (int64_t i = 0; i < d; ++i) step_embed[i] += text[i];
         if (trace) trace->step_embeds.insert(trace->step_embeds.end(), step_embed.begin(), step_embed.end());

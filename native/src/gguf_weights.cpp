@@ -158,6 +158,8 @@ int64_t GgufWeights::find_key(const char *key, gguf_type type) const {
     return id;
 }
 
+bool GgufWeights::has_key(const char *key) const { return gguf_find_key(gguf_.get(), key) >= 0; }
+
 uint32_t GgufWeights::get_u32(const char *key) const {
     return gguf_get_val_u32(gguf_.get(), find_key(key, GGUF_TYPE_UINT32));
 }

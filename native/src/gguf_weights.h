@@ -47,6 +47,7 @@ class GgufWeights {
     // Every key of a part's table into its hyper-parameters.
     template <class H> void read_meta(const std::vector<MetaKey<H>> &keys, H &hp) const;
 
+    bool has_key(const char *key) const;
     uint32_t get_u32(const char *key) const;
     float get_f32(const char *key) const;
     std::string get_str(const char *key) const;
@@ -73,12 +74,24 @@ template <class H> void GgufWeights::read_meta(const std::vector<MetaKey<H>> &ke
         case MetaType::U32: k.u32(hp) = get_u32(k.key.c_str()); break;
         case MetaType::F32: k.f32(hp) = get_f32(k.key.c_str()); break;
         case MetaType::U32_ARRAY: k.u32_array(hp) = get_u32_array(k.key.c_str()); break;
+        case MetaType::STR: k.str(hp) = get_str(k.key.c_str()); break;
         case MetaType::STR_U32_MAP:
+            // An empty mapping (the speakers of a Base model) is stored as no keys: GGUF has
+            // no empty arrays.
+            if (!has_key(names.c_str()) && !has_key(values.c_str())) {
+                k.names(hp).clear();
+                k.u32_array(hp).clear();
+                break;
+            }
             k.names(hp) = get_str_array(names.c_str());
             k.u32_array(hp) = get_u32_array(values.c_str());
             break;
         case MetaType::STR_STR_MAP:
             // Stored in the order of the name list it shares (read before it).
+            if (k.names(hp).empty() && !has_key(names.c_str()) && !has_key(values.c_str())) {
+                k.str_values(hp).clear();
+                break;
+            }
             if (get_str_array(names.c_str()) != k.names(hp))
                 throw ModelError(path_ + ": '" + names + "' differs from its companion list");
             k.str_values(hp) = get_str_array(values.c_str());

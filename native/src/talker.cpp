@@ -22,6 +22,10 @@ void check(const GgufWeights &w, const TalkerHParams &hp) {
         if (!lm->hidden_size || !lm->num_layers || !lm->vocab_size) fail("sizes");
     }
     if (hp.num_code_groups != 16) fail("num_code_groups must be 16");
+    if (hp.model_type != "custom_voice" && !hp.is_base() && !hp.is_voice_design())
+        fail("unknown model kind '" + hp.model_type + "'");
+    if (hp.model_type == "custom_voice" && hp.speaker_names.empty())
+        fail("a CustomVoice model without speakers");
     if (hp.speaker_ids.size() != hp.speaker_names.size() ||
         hp.speaker_dialects.size() != hp.speaker_names.size() ||
         hp.language_ids.size() != hp.language_names.size())
@@ -92,6 +96,12 @@ void TalkerModel::store_prefix(PrefixKv entry) const {
         if (e.key == entry.key) return;
     prefix_cache.push_front(std::move(entry));
     if (prefix_cache.size() > PREFIX_CACHE_SIZE) prefix_cache.pop_back();
+}
+
+void TalkerModel::add_frame_embedding(const Frame &frame, float *out) const {
+    add_embedding_row(codec_embd, frame[0], out);
+    for (int g = 1; g < (int)hp.num_code_groups; ++g)
+        add_embedding_row(cp_embd, (int64_t)(g - 1) * hp.predictor.vocab_size + frame[g], out);
 }
 
 std::vector<float> TalkerModel::text_projection(const std::vector<int32_t> &ids,

@@ -56,15 +56,19 @@ void add_lm_keys(std::vector<K> &keys, const char *gguf_prefix, const char *conf
 }  // namespace
 
 const PartInfo &talker_part() {
-    // The Base models' speaker encoder serves voice cloning, which the engine lacks yet.
+    // The Base models' speaker encoder is a part of its own (speaker_encoder.gguf).
     static const PartInfo part{"talker", "talker.gguf", "kazeia-talker",
-                               "kazeia.talker.format_version", 1, "", {"speaker_encoder."}};
+                               "kazeia.talker.format_version", 2, "", {"speaker_encoder."}};
     return part;
 }
 
 const std::vector<MetaKey<TalkerHParams>> &talker_meta_keys() {
     static const std::vector<K> keys = [] {
         std::vector<K> k;
+        k.push_back(meta_str<H>("kazeia.talker.model_type", "config.json:tts_model_type",
+                                field(&H::model_type)));
+        k.push_back(meta_str<H>("kazeia.talker.model_size", "config.json:tts_model_size",
+                                field(&H::model_size)));
         add_lm_keys(k, "kazeia.talker.", "config.json:talker_config.", &H::talker);
         add_lm_keys(k, "kazeia.predictor.", "config.json:talker_config.code_predictor_config.",
                     &H::predictor);

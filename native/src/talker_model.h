@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf_weights.h"
+#include "kazeia/generator.h"
 #include "kazeia/talker_arch.h"
 #include "lm_graph.h"
 
@@ -41,6 +42,10 @@ struct TalkerModel {
     mutable std::list<PrefixKv> prefix_cache;  // most recent first
     bool find_prefix(const std::vector<int32_t> &key, PrefixKv &out) const;
     void store_prefix(PrefixKv entry) const;
+
+    // Adds a frame's talker input, C(code 0) + the predictor's embeddings of codes 1..15, to
+    // `out` [hidden]: how a generated frame is fed back, and a reference frame is prompted.
+    void add_frame_embedding(const Frame &frame, float *out) const;
 
     // Text path P(x) = fc2(silu(fc1(text_embd[x]))) of each id: [ids.size(), hidden].
     std::vector<float> text_projection(const std::vector<int32_t> &ids, ggml_backend_t backend,

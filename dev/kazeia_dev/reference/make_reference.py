@@ -5,11 +5,25 @@ layout and writes the arrays the parity tests compare against (the same set, nam
 dtypes as ``tests/data/reference/*/ref``; ``manifest.json`` describes each one)::
 
     script/make-reference CHECKPOINT_DIR OUT_DIR \
-        [--inputs DIR] [--parts decoder,talker] [--compare REF_DIR]
+        [--inputs DIR] [--parts decoder,talker,instruct,clone,design] [--compare REF_DIR]
 
-Inputs (``input_ids``, ``dec_codes``, ``dec_codes_long``, ``fixed_talker_inputs_embeds``) are
-read from ``--inputs DIR`` when given (normally an existing ``ref/`` folder, so that the outputs
-are comparable), otherwise drawn at random with ``--seed``. They are written to OUT_DIR too.
+Parts (default: by the checkpoint's ``tts_model_type``: CustomVoice decoder,talker (+instruct for
+1.7B), Base clone, VoiceDesign design):
+  decoder   the speech decoder (single forward, prefix, naive chunks, long, official decode)
+  talker    CustomVoice generation in three prompt modes (stream, nonstream, auto_dialect)
+  instruct  CustomVoice with a style instruction (``generate`` with ``instruct_ids``)
+  clone     Base: mel features, x-vector and speech-tokenizer codes of a reference recording
+            (24 kHz, and a 16 kHz copy that goes through librosa's resampler), then
+            ``generate_voice_clone`` in-context and x-vector-only, streaming and not, with the
+            trimmed audio of the official wrapper
+  design    VoiceDesign ``generate_voice_design`` (non-streaming, its default, and streaming)
+
+Inputs (``input_ids``, ``instruct_ids``, ``dec_codes``, ``dec_codes_long``,
+``fixed_talker_inputs_embeds``, ``ref_audio``, ``ref_audio_16k``) are read from ``--inputs DIR``
+when given (normally an existing ``ref/`` folder, so that the outputs are comparable), otherwise
+made here (``--seed``). They are written to OUT_DIR too. The clone and design parts tokenize
+fixed texts (VOICE_TEXTS) with the checkpoint's own tokenizer through the official wrapper
+(``Qwen3TTSModel``) and record the ids.
 
 Needs the optional extra ``reference`` (qwen-tts 0.1.1, transformers 4.57.3, torch); torch and
 qwen_tts are imported only inside functions so that the project never needs them at run time.
@@ -20,8 +34,11 @@ install torchaudio with ``--no-deps`` and move its ``lib/*.so`` aside (it falls 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +53,32 @@ DEC_FRAMES = 120
 DEC_FRAMES_LONG = 310
 FIXED_TALKER_LEN = 12
 
-INPUT_NAMES = ("input_ids", "dec_codes", "dec_codes_long", "fixed_talker_inputs_embeds")
+# The inputs of each part (read from --inputs, or made here).
+PART_INPUTS: dict[str, tuple[str, ...]] = {
+    "decoder": ("dec_codes", "dec_codes_long"),
+    "talker": ("input_ids", "fixed_talker_inputs_embeds"),
+    "instruct": ("input_ids", "instruct_ids"),
+    "clone": ("ref_audio", "ref_audio_16k"),
+    "design": (),
+}
+PARTS_BY_KIND = {"custom_voice": "decoder,talker", "base": "clone", "voice_design": "design"}
+INPUT_NAMES = tuple(dict.fromkeys(n for names in PART_INPUTS.values() for n in names))
+
+# The texts of the voice parts, tokenized by the checkpoint's tokenizer (clone, design).
+VOICE_TEXTS = {
+    "text": "Hello world, this is a test of my voice.",
+    "ref_text": "Hello world, I am here.",
+    "design": "A warm, low voice, speaking slowly.",
+}
+# `<|im_start|>user\n{instruct}<|im_end|>\n` for the instruct part (real Qwen2 ids of the role
+# tokens; the instruction's own ids are arbitrary: the tiny CustomVoice checkpoints carry no
+# tokenizer).
+DEFAULT_INSTRUCT_IDS = [151644, 872, 198, 8206, 279, 1273, 13, 151645, 198]
+# The 24 kHz recording is short (15 frames: its in-context prompt is shorter than the text, so
+# text trails it), the 16 kHz one long (33 frames: the text is padded under the prompt).
+REF_AUDIO_SECONDS = 1.2
+REF_AUDIO_16K_SECONDS = 2.6
+REF_AUDIO_RATE_16K = 16000
 
 # The assistant prompt of an English sentence, tokenized with the Qwen2 BPE tokenizer (used when
 # no --inputs folder is given; the checkpoints carry no tokenizer files).
@@ -91,7 +133,9 @@ def _describe(name: str) -> str:
     }
     if name in fixed:
         return fixed[name]
-    for mode, (language, speaker, non_streaming) in MODES.items():
+    if name in _VOICE_DESCRIPTIONS:
+        return _VOICE_DESCRIPTIONS[name]
+    for mode, (language, speaker, non_streaming) in {**MODES, **_VOICE_MODES}.items():
         if not name.startswith(mode + "_"):
             continue
         what = name[len(mode) + 1 :]
@@ -138,30 +182,68 @@ def load_official(model_dir: Path, threads: int | None) -> Any:
     return model
 
 
-def make_inputs(inputs_dir: Path | None, seed: int, talker_hidden: int) -> dict[str, np.ndarray]:
-    """Read the input arrays from ``inputs_dir`` or draw them at random."""
+def reference_audio(seconds: float, rate: int, seed: int) -> np.ndarray:
+    """A voice-like test recording (float32 in [-1, 1]): a glottal-ish harmonic series with a
+    gliding pitch, syllable-rate loudness and a little breath noise. Not speech, but it has what
+    the feature extractors look at (pitch, formant-like spectral slope, pauses)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(round(seconds * rate))) / rate
+    f0 = 120.0 + 25.0 * np.sin(2 * np.pi * 0.8 * t) + 10.0 * np.sin(2 * np.pi * 2.3 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    wav = sum(np.sin(k * phase) / k**1.2 for k in range(1, 30) if k * 160 < rate / 2)
+    envelope = np.clip(np.sin(2 * np.pi * 3.1 * t) * 1.4, 0.0, 1.0) ** 0.7
+    wav = 0.25 * wav * envelope + 0.01 * rng.standard_normal(t.size)
+    return np.clip(wav, -1.0, 1.0).astype(np.float32)
+
+
+def load_official_wrapper(model_dir: Path, threads: int | None) -> Any:
+    """The official wrapper (``Qwen3TTSModel``: model + the checkpoint's text processor), fp32,
+    talker and code predictor eager as in load_official."""
+    import torch
+    from qwen_tts import Qwen3TTSModel
+
+    if threads:
+        torch.set_num_threads(threads)
+    wrapper = Qwen3TTSModel.from_pretrained(
+        str(model_dir), dtype=torch.float32, attn_implementation="eager"
+    )
+    wrapper.model.eval()
+    wrapper.model.speech_tokenizer.model.eval()
+    return wrapper
+
+
+def make_inputs(
+    inputs_dir: Path | None, seed: int, talker_hidden: int, parts: set[str]
+) -> dict[str, np.ndarray]:
+    """The input arrays of ``parts``: read from ``inputs_dir`` or made here."""
+    names = [n for n in INPUT_NAMES if any(n in PART_INPUTS[p] for p in parts)]
     if inputs_dir is not None:
         out = {}
-        for name in INPUT_NAMES:
+        for name in names:
             path = inputs_dir / f"{name}.npy"
             if not path.is_file():
                 raise SystemExit(f"make_reference: missing input {path}")
             out[name] = np.load(path)
-        if out["fixed_talker_inputs_embeds"].shape[-1] != talker_hidden:
+        embeds = out.get("fixed_talker_inputs_embeds")
+        if embeds is not None and embeds.shape[-1] != talker_hidden:
             raise SystemExit(
                 "make_reference: fixed_talker_inputs_embeds width "
-                f"{out['fixed_talker_inputs_embeds'].shape[-1]} != talker hidden {talker_hidden}"
+                f"{embeds.shape[-1]} != talker hidden {talker_hidden}"
             )
         return out
     rng = np.random.default_rng(seed)
-    return {
+    made: dict[str, np.ndarray] = {
         "input_ids": np.asarray(DEFAULT_INPUT_IDS, dtype=np.int64),
+        "instruct_ids": np.asarray(DEFAULT_INSTRUCT_IDS, dtype=np.int64),
         "dec_codes": rng.integers(0, 2048, size=(16, DEC_FRAMES), dtype=np.int64),
         "dec_codes_long": rng.integers(0, 2048, size=(16, DEC_FRAMES_LONG), dtype=np.int64),
         "fixed_talker_inputs_embeds": rng.standard_normal((FIXED_TALKER_LEN, talker_hidden)).astype(
             np.float32
         ),
+        "ref_audio": reference_audio(REF_AUDIO_SECONDS, 24000, seed),
+        "ref_audio_16k": reference_audio(REF_AUDIO_16K_SECONDS, REF_AUDIO_RATE_16K, seed + 1),
     }
+    return {name: made[name] for name in names}
 
 
 # --------------------------------------------------------------------------- decoder
@@ -269,24 +351,16 @@ def _margin(logits: np.ndarray) -> float:
     return float(top2[1] - top2[0])
 
 
-def generate_mode(
-    model: Any, input_ids: np.ndarray, mode: str
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Run the official generate() greedily for one mode and record its internals."""
-    import torch
-
-    language, speaker, non_streaming = MODES[mode]
+def record_generation(
+    model: Any, mode: str, run: Any
+) -> tuple[dict[str, np.ndarray], dict[str, Any], Any]:
+    """Run ``run()`` (an official generation, greedy) with the talker hooked; the arrays of
+    ``mode`` (prefill and step embeds, raw logits, hidden states, codes), its summary (margins)
+    and what ``run`` returned. ``run`` returns (codes [T, 16], anything)."""
     tcfg = model.config.talker_config
     rec = _Recorder(model)
     try:
-        with torch.inference_mode():
-            codes_list, _ = model.generate(
-                input_ids=[torch.from_numpy(input_ids.astype(np.int64))[None]],
-                languages=[language],
-                speakers=[speaker],
-                non_streaming_mode=non_streaming,
-                **GENERATE_KWARGS,
-            )
+        codes_tensor, result = run()
     finally:
         rec.close()
 
@@ -301,7 +375,7 @@ def generate_mode(
     ):
         raise RuntimeError(f"{mode}: unexpected code-predictor call order")
 
-    codes = codes_list[0].cpu().numpy().astype(np.int64)
+    codes = codes_tensor.cpu().numpy().astype(np.int64)
     logits = _stack(rec.talker_logits)
     out = {
         f"{mode}_prefill_embeds": rec.talker_inputs[0].float().numpy().astype(np.float32),
@@ -338,6 +412,29 @@ def generate_mode(
         "min_cp_margin": float(min(_margin(row) for row in cp.reshape(-1, cp.shape[-1]))),
         "eos_hit": bool(eos_hit),
     }
+    return out, summary, result
+
+
+def generate_mode(
+    model: Any, input_ids: np.ndarray, mode: str
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Run the official generate() greedily for one CustomVoice mode and record its internals."""
+    import torch
+
+    language, speaker, non_streaming = MODES[mode]
+
+    def run() -> tuple[Any, None]:
+        with torch.inference_mode():
+            codes_list, _ = model.generate(
+                input_ids=[torch.from_numpy(input_ids.astype(np.int64))[None]],
+                languages=[language],
+                speakers=[speaker],
+                non_streaming_mode=non_streaming,
+                **GENERATE_KWARGS,
+            )
+        return codes_list[0], None
+
+    out, summary, _ = record_generation(model, mode, run)
     return out, summary
 
 
@@ -359,6 +456,217 @@ def talker_arrays(model: Any, inputs: dict[str, np.ndarray]) -> tuple[dict, dict
     summary: dict[str, Any] = {}
     for mode in MODES:
         arrays, summary[mode] = generate_mode(model, inputs["input_ids"], mode)
+        out.update(arrays)
+    return out, summary
+
+
+# --------------------------------------------------------------------------- voices
+
+# mode -> (language, voice, non_streaming_mode), as MODES (for the manifest's descriptions).
+_VOICE_MODES: dict[str, tuple[str, str, bool]] = {
+    "instruct": ("english", "vivian with instruct_ids", True),
+    "clone_icl": ("english", "in-context clone (ref_codes, ref_ids, ref_xvector)", False),
+    "clone_icl_nonstream": ("english", "in-context clone", True),
+    "clone_icl_auto": ("auto", "in-context clone", False),
+    "clone_icl_long": (
+        "english",
+        "in-context clone of ref_audio_16k (ref16k_codes, ref16k_xvector)",
+        False,
+    ),
+    "clone_xvec": ("english", "x-vector-only clone (ref_xvector)", False),
+    "clone_xvec_nonstream": ("english", "x-vector-only clone", True),
+    "design": ("english", "VoiceDesign (design_ids)", True),
+    "design_stream": ("english", "VoiceDesign (design_ids)", False),
+}
+_VOICE_DESCRIPTIONS = {
+    "instruct_ids": "ids of '<|im_start|>user\\n{instruct}<|im_end|>\\n' (the instruct part)",
+    "ref_audio": f"reference recording, float32 mono at 24 kHz ({REF_AUDIO_SECONDS} s, made by "
+    "reference_audio())",
+    "ref_audio_16k": f"another reference recording, float32 mono at 16 kHz "
+    f"({REF_AUDIO_16K_SECONDS} s, resampled by the official code)",
+    "ref_ids": "ids of '<|im_start|>assistant\\n{ref_text}<|im_end|>\\n' (the clone's transcript)",
+    "design_ids": "ids of '<|im_start|>user\\n{description}<|im_end|>\\n' (VoiceDesign)",
+    "ref_mel": "speaker-encoder input: log-mel features of ref_audio [frames, 128]",
+    "ref_xvector": "speaker embedding (x-vector) of ref_audio [enc_dim]",
+    "ref_latent": "speech-tokenizer encoder output before the RVQ (downsampled, 12.5 Hz) "
+    "[frames, hidden]",
+    "ref_codes": "speech-tokenizer codes of ref_audio [frames, 16]",
+    "ref16k_resampled": "ref_audio_16k resampled to 24 kHz by librosa.resample (soxr_hq)",
+    "ref16k_mel": "log-mel features of ref16k_resampled",
+    "ref16k_xvector": "x-vector of ref_audio_16k",
+    "ref16k_codes": "speech-tokenizer codes of ref_audio_16k",
+    "clone_icl_wav": "generate_voice_clone() audio, in-context, streaming text: ref_codes ++ "
+    "codes decoded, the reference part cut",
+    "clone_xvec_wav": "generate_voice_clone() audio, x-vector only, streaming text",
+}
+
+
+@contextlib.contextmanager
+def _codes_of_generate(model: Any) -> Iterator[list[Any]]:
+    """Catches the codes the official ``model.generate`` returns inside a wrapper call."""
+    seen: list[Any] = []
+    original = model.generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        codes_list, hidden = original(*args, **kwargs)
+        seen.append(codes_list[0])
+        return codes_list, hidden
+
+    model.generate = generate
+    try:
+        yield seen
+    finally:
+        del model.generate  # back to the class method
+
+
+def _wrapper_run(wrapper: Any, call: Any) -> Any:
+    """A ``record_generation`` run of a wrapper call: (codes, wavs)."""
+    import torch
+
+    def run() -> tuple[Any, Any]:
+        with torch.inference_mode(), _codes_of_generate(wrapper.model) as seen:
+            wavs, rate = call()
+        if len(seen) != 1 or rate != 24000:
+            raise RuntimeError(f"unexpected wrapper call: {len(seen)} generations, {rate} Hz")
+        return seen[0], wavs
+
+    return run
+
+
+def _token_ids(wrapper: Any, text: str) -> np.ndarray:
+    return wrapper._tokenize_texts([text])[0][0].cpu().numpy().astype(np.int64)
+
+
+def instruct_arrays(model: Any, inputs: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """CustomVoice with a style instruction: the official ``generate(instruct_ids=...)``, which
+    ``generate_custom_voice(..., instruct=...)`` calls (non-streaming text, its default)."""
+    import torch
+
+    ids = torch.from_numpy(inputs["input_ids"].astype(np.int64))[None]
+    instruct = torch.from_numpy(inputs["instruct_ids"].astype(np.int64))[None]
+
+    def run() -> tuple[Any, None]:
+        with torch.inference_mode():
+            codes_list, _ = model.generate(
+                input_ids=[ids],
+                instruct_ids=[instruct],
+                languages=["english"],
+                speakers=["vivian"],
+                non_streaming_mode=True,
+                **GENERATE_KWARGS,
+            )
+        return codes_list[0], None
+
+    out, summary, _ = record_generation(model, "instruct", run)
+    return out, {"instruct": summary}
+
+
+def clone_arrays(wrapper: Any, inputs: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """Base: the voice-clone prompt of two recordings (features, x-vector, codes) and
+    ``generate_voice_clone`` in both modes, both text modes."""
+    import librosa
+    import torch
+
+    model = wrapper.model
+    captured: dict[str, list[Any]] = {"mel": [], "latent": []}
+    hooks = [
+        model.speaker_encoder.register_forward_pre_hook(
+            lambda _m, args: captured["mel"].append(args[0][0].detach().clone())
+        ),
+        model.speech_tokenizer.model.encoder.downsample.register_forward_hook(
+            lambda _m, _a, output: captured["latent"].append(output[0].detach().clone())
+        ),
+    ]
+    ref_text = VOICE_TEXTS["ref_text"]
+    try:
+        with torch.inference_mode():
+            icl = wrapper.create_voice_clone_prompt(
+                ref_audio=(inputs["ref_audio"], 24000), ref_text=ref_text
+            )
+            xvec = wrapper.create_voice_clone_prompt(
+                ref_audio=(inputs["ref_audio"], 24000), x_vector_only_mode=True
+            )
+            icl16 = wrapper.create_voice_clone_prompt(
+                ref_audio=(inputs["ref_audio_16k"], REF_AUDIO_RATE_16K), ref_text=ref_text
+            )
+    finally:
+        for h in hooks:
+            h.remove()
+    if len(captured["mel"]) != 3 or len(captured["latent"]) != 3:
+        raise RuntimeError("clone: unexpected feature extraction calls")
+    if not torch.equal(icl[0].ref_spk_embedding, xvec[0].ref_spk_embedding):
+        raise RuntimeError("clone: the x-vector of one recording differs between calls")
+
+    def arr(t: Any) -> np.ndarray:
+        return t.detach().float().cpu().numpy().astype(np.float32)
+
+    out: dict[str, np.ndarray] = {
+        "ref_ids": _token_ids(wrapper, wrapper._build_ref_text(ref_text)),
+        "input_ids": _token_ids(wrapper, wrapper._build_assistant_text(VOICE_TEXTS["text"])),
+        "ref_mel": arr(captured["mel"][0]),
+        "ref_xvector": arr(icl[0].ref_spk_embedding),
+        "ref_latent": arr(captured["latent"][0].T),
+        "ref_codes": icl[0].ref_code.cpu().numpy().astype(np.int64),
+        "ref16k_resampled": librosa.resample(
+            y=inputs["ref_audio_16k"].astype(np.float32),
+            orig_sr=REF_AUDIO_RATE_16K,
+            target_sr=24000,
+        ).astype(np.float32),
+        "ref16k_mel": arr(captured["mel"][2]),
+        "ref16k_xvector": arr(icl16[0].ref_spk_embedding),
+        "ref16k_codes": icl16[0].ref_code.cpu().numpy().astype(np.int64),
+    }
+    summary: dict[str, Any] = {
+        "clone_prompt": {
+            "ref_frames": int(out["ref_codes"].shape[0]),
+            "mel_frames": int(out["ref_mel"].shape[0]),
+            "ref16k_frames": int(out["ref16k_codes"].shape[0]),
+        }
+    }
+    modes = {
+        "clone_icl": (icl, "english", False),
+        "clone_icl_nonstream": (icl, "english", True),
+        "clone_icl_auto": (icl, "auto", False),
+        "clone_icl_long": (icl16, "english", False),
+        "clone_xvec": (xvec, "english", False),
+        "clone_xvec_nonstream": (xvec, "english", True),
+    }
+    for mode, (items, language, non_streaming) in modes.items():
+        call = functools.partial(
+            wrapper.generate_voice_clone,
+            text=VOICE_TEXTS["text"],
+            language=language,
+            voice_clone_prompt=items,
+            non_streaming_mode=non_streaming,
+            **GENERATE_KWARGS,
+        )
+        arrays, summary[mode], wavs = record_generation(model, mode, _wrapper_run(wrapper, call))
+        out.update(arrays)
+        if mode in ("clone_icl", "clone_xvec"):
+            out[f"{mode}_wav"] = np.asarray(wavs[0], dtype=np.float32)
+    return out, summary
+
+
+def design_arrays(wrapper: Any) -> tuple[dict, dict]:
+    """VoiceDesign: ``generate_voice_design`` with a description, both text modes."""
+    description = VOICE_TEXTS["design"]
+    out: dict[str, np.ndarray] = {
+        "input_ids": _token_ids(wrapper, wrapper._build_assistant_text(VOICE_TEXTS["text"])),
+        "design_ids": _token_ids(wrapper, wrapper._build_instruct_text(description)),
+    }
+    summary: dict[str, Any] = {}
+    for mode, non_streaming in (("design", True), ("design_stream", False)):
+        call = functools.partial(
+            wrapper.generate_voice_design,
+            text=VOICE_TEXTS["text"],
+            instruct=description,
+            language="english",
+            non_streaming_mode=non_streaming,
+            **GENERATE_KWARGS,
+        )
+        arrays, summary[mode], _ = record_generation(
+            wrapper.model, mode, _wrapper_run(wrapper, call)
+        )
         out.update(arrays)
     return out, summary
 
@@ -443,8 +751,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1234, help="seed for random inputs")
     parser.add_argument(
         "--parts",
-        default="decoder,talker",
-        help="comma-separated subset of: decoder, talker (default: both)",
+        help=f"comma-separated subset of: {', '.join(PART_INPUTS)} (default: by the "
+        "checkpoint's kind, see the module docstring)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument(
@@ -458,11 +766,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    if not parts or parts - {"decoder", "talker"}:
-        parser.error("--parts takes a comma-separated subset of: decoder, talker")
     if not (args.checkpoint / "config.json").is_file():
         parser.error(f"{args.checkpoint} has no config.json")
+    config = json.loads((args.checkpoint / "config.json").read_text())
+    kind = config.get("tts_model_type", "custom_voice")
+    default_parts = PARTS_BY_KIND.get(kind, "")
+    if kind == "custom_voice" and config.get("tts_model_size") != "0b6":
+        default_parts += ",instruct"  # the 0.6B CustomVoice ignores instructions
+    parts = {p.strip() for p in (args.parts or default_parts).split(",") if p.strip()}
+    if not parts or parts - set(PART_INPUTS):
+        parser.error(f"--parts takes a comma-separated subset of: {', '.join(PART_INPUTS)}")
 
     try:
         import qwen_tts  # noqa: F401
@@ -481,9 +794,15 @@ def main(argv: list[str] | None = None) -> int:
         f"transformers {transformers.__version__})",
         flush=True,
     )
-    model = load_official(args.checkpoint, args.threads)
+    wrapper = None
+    if parts & {"clone", "design"}:
+        # The voice parts tokenize their texts: the wrapper with the checkpoint's processor.
+        wrapper = load_official_wrapper(args.checkpoint, args.threads)
+        model = wrapper.model
+    else:
+        model = load_official(args.checkpoint, args.threads)
     hidden = int(model.config.talker_config.hidden_size)
-    inputs = make_inputs(args.inputs, args.seed, hidden)
+    inputs = make_inputs(args.inputs, args.seed, hidden, parts)
 
     arrays: dict[str, np.ndarray] = dict(inputs)
     summary: dict[str, Any] = {}
@@ -496,9 +815,24 @@ def main(argv: list[str] | None = None) -> int:
         talker_out, talker_summary = talker_arrays(model, inputs)
         arrays.update(talker_out)
         summary.update(talker_summary)
+    for part in ("instruct", "clone", "design"):
+        if part not in parts:
+            continue
+        print(f"{part} references ...", flush=True)
+        if part == "instruct":
+            part_out, part_summary = instruct_arrays(model, inputs)
+        elif part == "clone":
+            part_out, part_summary = clone_arrays(wrapper, inputs)
+        else:
+            part_out, part_summary = design_arrays(wrapper)
+        arrays.update(part_out)
+        summary.update(part_summary)
 
     notes = {
         "variant": str(model.config.tts_model_size),
+        "kind": str(kind),
+        "parts": ",".join(sorted(parts)),
+        "voice_texts": VOICE_TEXTS if parts & {"clone", "design"} else None,
         "inputs": f"random, seed {args.seed}" if args.inputs is None else "from --inputs",
         "generate_kwargs": GENERATE_NOTE,
         "attn_implementation": "talker+CP eager, speech-tokenizer decoder sdpa (the default the "

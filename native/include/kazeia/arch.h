@@ -18,6 +18,7 @@ enum class MetaType {
     U32,
     F32,
     U32_ARRAY,
+    STR,          // a text value (e.g. the checkpoint kind)
     STR_U32_MAP,  // a {name: id} mapping, stored as key.names (sorted) and key.values
     STR_STR_MAP,  // a {name: text} mapping over the names of the STR_U32_MAP before it
 };
@@ -37,6 +38,7 @@ template <class H> struct MetaKey {
     std::function<uint32_t &(H &)> u32;
     std::function<float &(H &)> f32;
     std::function<std::vector<uint32_t> &(H &)> u32_array;      // U32_ARRAY, STR_U32_MAP values
+    std::function<std::string &(H &)> str;                      // STR
     std::function<std::vector<std::string> &(H &)> names;       // maps: the names
     std::function<std::vector<std::string> &(H &)> str_values;  // STR_STR_MAP values
 };
@@ -58,6 +60,13 @@ template <class H>
 MetaKey<H> meta_f32(std::string key, std::string source, std::function<float &(H &)> f) {
     MetaKey<H> k{std::move(key), MetaType::F32, std::move(source)};
     k.f32 = std::move(f);
+    return k;
+}
+
+template <class H>
+MetaKey<H> meta_str(std::string key, std::string source, std::function<std::string &(H &)> f) {
+    MetaKey<H> k{std::move(key), MetaType::STR, std::move(source)};
+    k.str = std::move(f);
     return k;
 }
 

@@ -30,8 +30,23 @@ inline int64_t frame_budget(int64_t text_tokens) { return 40 + 12 * text_tokens;
 // this model's vocabulary with at least one text token.
 int64_t prompt_text_tokens(const TalkerHParams &hp, const std::vector<int32_t> &input_ids);
 
+// What makes a voice beyond a built-in speaker (prompt.h has each layout). Token ids are
+// tokenized chat turns:
+//   instruct_ids  '<|im_start|>user\n{instruction}<|im_end|>\n': a speaking style (CustomVoice
+//                 1.7B) or the description of a voice (VoiceDesign); empty: none
+//   speaker_embedding  Base: the x-vector of a reference recording [talker hidden]
+//   ref_ids, ref_codes Base, in-context cloning: '<|im_start|>assistant\n{transcript}<|im_end|>\n'
+//                 of the reference recording and its speech-tokenizer codes (both or neither)
+struct VoiceOptions {
+    std::vector<int32_t> instruct_ids;
+    std::vector<float> speaker_embedding;
+    std::vector<int32_t> ref_ids;
+    std::vector<Frame> ref_codes;
+};
+
 struct GenerationOptions {
-    std::string speaker;             // a speaker of the model (CustomVoice)
+    std::string speaker;             // a built-in speaker of the model (CustomVoice only)
+    VoiceOptions voice;
     std::string language = "auto";   // a language name of the model, or "auto"
     bool non_streaming = false;      // whole text in the prefill instead of one token per frame
     bool greedy = false;             // argmax of the processed logits (parity tests)

@@ -24,6 +24,10 @@ struct LmHParams {
 };
 
 struct TalkerHParams {
+    // The checkpoint's kind (config.json tts_model_type): "custom_voice" (built-in speakers,
+    // instructions on 1.7B), "base" (voices cloned from a recording) or "voice_design" (a
+    // voice described in words); and its size tag (tts_model_size: "0b6", "1b7").
+    std::string model_type, model_size;
     LmHParams talker, predictor;
     uint32_t text_vocab_size = 0;
     uint32_t text_hidden_size = 0;
@@ -47,6 +51,13 @@ struct TalkerHParams {
     std::vector<uint32_t> language_ids;
 
     bool has_mtp_projection() const { return talker.hidden_size != predictor.hidden_size; }
+    bool is_base() const { return model_type == "base"; }
+    bool is_voice_design() const { return model_type == "voice_design"; }
+    // Whether the prompt takes a style instruction: VoiceDesign (its voice description) and
+    // CustomVoice 1.7B; the official code drops the instruction of the 0.6B CustomVoice.
+    bool follows_instructions() const {
+        return is_voice_design() || (model_type == "custom_voice" && model_size != "0b6");
+    }
 };
 
 // The talker's metadata keys: sources in config.json and generation_config.json.
