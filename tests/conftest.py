@@ -55,6 +55,12 @@ def talker_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def speaker_encoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """speaker_encoder.gguf of each Base reference model."""
+    return _convert_each(tmp_path_factory, "speaker_encoder", CLONE_MODELS)
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A converted (f32) tiny random checkpoint in the real layout: the model of the service
     tests (server, MQTT)."""

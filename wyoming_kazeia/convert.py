@@ -373,7 +373,13 @@ def part_metadata(name: str, checkpoint_dir: Path) -> list[tuple[str, Any, str]]
         fname, _, path = k["source"].partition(":")
         if fname not in files:
             files[fname] = _read_json(checkpoint_dir / fname)
-        value = _config_value(files[fname], path, checkpoint_dir / fname)
+        try:
+            value = _config_value(files[fname], path, checkpoint_dir / fname)
+        except ConversionError:
+            if k["fallback"] is None:
+                raise
+            # A default of the official config class, left out of published config.json files.
+            value = k["fallback"][0] if k["type"] in ("u32", "f32") else k["fallback"]
         if k["type"] in ("u32", "f32", "u32_array", "str"):
             out.append((k["key"], _typed(value, k["type"], k["key"]), k["type"]))
             continue
@@ -451,6 +457,14 @@ TOKENIZER_FILES = (
 )
 
 
+def checkpoint_parts(checkpoint_dir: Path) -> list[dict[str, Any]]:
+    """The parts a checkpoint has: every kind has the talker and the decoder, the Base models
+    (voice cloning) also the speaker encoder and the speech encoder."""
+    config = _read_json(checkpoint_dir / "config.json")
+    kind = config.get("tts_model_type")
+    return [p for p in PARTS if p["model_type"] in ("", kind)]
+
+
 def convert(
     checkpoint_dir: Path,
     out_dir: Path,
@@ -462,11 +476,12 @@ def convert(
         raise ConversionError(f"--type must be one of {', '.join(OUT_TYPES)}, got {out_type!r}")
     if not checkpoint_dir.is_dir():
         raise ConversionError(f"{checkpoint_dir} is not a directory")
-    for part in PARTS:  # an unsupported checkpoint fails before anything is written
+    parts = checkpoint_parts(checkpoint_dir)
+    for part in parts:  # an unsupported checkpoint fails before anything is written
         part_metadata(part["name"], checkpoint_dir)
     written = [
         convert_part(part["name"], checkpoint_dir, out_dir / part["file"], out_type, progress)
-        for part in PARTS
+        for part in parts
     ]
     for name in TOKENIZER_FILES:
         if (checkpoint_dir / name).is_file():

@@ -18,6 +18,8 @@ namespace py = pybind11;
 
 // Product classes (SpeechDecoder, Generator, ...): the module itself.
 void def_engine(py::module_ &m);
+// Product classes that make voices from recordings (SpeakerEncoder): the module itself.
+void def_voices(py::module_ &m);
 // The converter's format tables and quantization: _native.formats.
 void def_formats(py::module_ &m);
 // Test hooks and bench probes (single kernels, the sampler on given logits): _native.testing.

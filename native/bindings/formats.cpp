@@ -13,6 +13,7 @@
 #include "common.h"
 #include "kazeia/decoder_arch.h"
 #include "kazeia/error.h"
+#include "kazeia/speaker_encoder_arch.h"
 #include "kazeia/talker_arch.h"
 
 #include "ggml.h"
@@ -90,6 +91,7 @@ template <class H> py::list meta_key_list(const std::vector<MetaKey<H>> &keys) {
         e["type"] = name_of(k.type);
         e["source"] = k.source.empty() ? py::object(py::none()) : py::object(py::str(k.source));
         e["constant"] = k.constant;
+        e["fallback"] = k.fallback.empty() ? py::object(py::none()) : py::cast(k.fallback);
         out.append(e);
     }
     return out;
@@ -101,6 +103,10 @@ const std::vector<Part> &all_parts() {
          [](const py::dict &d) { return decoder_tensor_specs(meta_from_dict(decoder_meta_keys(), d)); }},
         {talker_part(), [] { return meta_key_list(talker_meta_keys()); },
          [](const py::dict &d) { return talker_tensor_specs(meta_from_dict(talker_meta_keys(), d)); }},
+        {speaker_encoder_part(), [] { return meta_key_list(speaker_encoder_meta_keys()); },
+         [](const py::dict &d) {
+             return speaker_encoder_tensor_specs(meta_from_dict(speaker_encoder_meta_keys(), d));
+         }},
     };
     return parts;
 }
@@ -127,6 +133,7 @@ void def_formats(py::module_ &m) {
                 d["format_version"] = p.info.format_version;
                 d["weights_dir"] = p.info.weights_dir;
                 d["unused_sources"] = p.info.unused_sources;
+                d["model_type"] = p.info.model_type;
                 d["meta_keys"] = p.meta_keys();
                 out.append(d);
             }

@@ -40,6 +40,7 @@ PYBIND11_MODULE(_native, m) {
     m.attr("InputError") = errors.attr("InputError");
 
     kazeia::bindings::def_engine(m);
+    kazeia::bindings::def_voices(m);
     py::module_ formats = m.def_submodule("formats", "Format tables of the model parts (converter)");
     kazeia::bindings::def_formats(formats);
     py::module_ testing = m.def_submodule("testing", "Test hooks and bench probes");

@@ -34,6 +34,9 @@ template <class H> struct MetaKey {
     // "config.json:talker_config.hidden_size"; empty for a constant of the official code.
     std::string source;
     double constant = 0.0;  // the value when `source` is empty
+    // The value when `source` is absent from the checkpoint (the official config class's
+    // default, which published config.json files leave out); empty: the key is required.
+    std::vector<double> fallback;
     // Where the loader stores the value: the accessors matching `type` are set.
     std::function<uint32_t &(H &)> u32;
     std::function<float &(H &)> f32;
@@ -113,6 +116,8 @@ struct PartInfo {
     const char *weights_dir;  // checkpoint subfolder of the safetensors ("" the top folder)
     // Checkpoint tensors the part does not use (name prefixes), e.g. the audio encoder.
     std::vector<std::string> unused_sources;
+    // Only checkpoints of this kind (config.json tts_model_type) have the part; "" every kind.
+    const char *model_type = "";
 };
 
 }  // namespace kazeia
