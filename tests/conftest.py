@@ -42,8 +42,8 @@ def _convert_each(
 
 @pytest.fixture(scope="session")
 def decoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """decoder.gguf (f32) of each reference model."""
-    return _convert_each(tmp_path_factory, "decoder")
+    """decoder.gguf (f32) of each CustomVoice and Base reference model."""
+    return _convert_each(tmp_path_factory, "decoder", REFERENCE_MODELS + CLONE_MODELS)
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +58,12 @@ def talker_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def speaker_encoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """speaker_encoder.gguf of each Base reference model."""
     return _convert_each(tmp_path_factory, "speaker_encoder", CLONE_MODELS)
+
+
+@pytest.fixture(scope="session")
+def speech_encoder_gguf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """speech_encoder.gguf of each Base reference model."""
+    return _convert_each(tmp_path_factory, "speech_encoder", CLONE_MODELS)
 
 
 @pytest.fixture(scope="session")

@@ -71,8 +71,8 @@ def test_hparams_come_from_config(tmp_path: Path) -> None:
 
 def test_parts_are_converted_in_one_loop() -> None:
     """The converter serves every part the native tables name, each in its own file."""
-    assert [p["name"] for p in PARTS] == ["decoder", "talker", "speaker_encoder"]
-    assert [p["model_type"] for p in PARTS] == ["", "", "base"]
+    assert [p["name"] for p in PARTS] == ["decoder", "talker", "speaker_encoder", "speech_encoder"]
+    assert [p["model_type"] for p in PARTS] == ["", "", "base", "base"]
     assert len({p["file"] for p in PARTS}) == len({p["arch"] for p in PARTS}) == len(PARTS)
     for part in PARTS:
         for key in part["meta_keys"]:
@@ -277,8 +277,10 @@ def test_every_kind_converts_and_the_talker_knows_its_kind(
 def test_a_base_checkpoint_converts_with_its_speaker_encoder(tmp_path: Path) -> None:
     written = convert(REFERENCE / "tiny-base-0.6b" / "model", tmp_path / "base")
     assert (tmp_path / "base" / "speaker_encoder.gguf") in written
+    assert (tmp_path / "base" / "speech_encoder.gguf") in written
     convert(TINY, tmp_path / "custom")
     assert not (tmp_path / "custom" / "speaker_encoder.gguf").exists()
+    assert not (tmp_path / "custom" / "speech_encoder.gguf").exists()
     # The published config.json gives only enc_dim and sample_rate: the rest are the official
     # config class's defaults.
     metadata = dict((k, v) for k, v, _ in part_metadata("speaker_encoder", TINY))

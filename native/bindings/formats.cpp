@@ -14,6 +14,7 @@
 #include "kazeia/decoder_arch.h"
 #include "kazeia/error.h"
 #include "kazeia/speaker_encoder_arch.h"
+#include "kazeia/speech_encoder_arch.h"
 #include "kazeia/talker_arch.h"
 
 #include "ggml.h"
@@ -106,6 +107,10 @@ const std::vector<Part> &all_parts() {
         {speaker_encoder_part(), [] { return meta_key_list(speaker_encoder_meta_keys()); },
          [](const py::dict &d) {
              return speaker_encoder_tensor_specs(meta_from_dict(speaker_encoder_meta_keys(), d));
+         }},
+        {speech_encoder_part(), [] { return meta_key_list(speech_encoder_meta_keys()); },
+         [](const py::dict &d) {
+             return speech_encoder_tensor_specs(meta_from_dict(speech_encoder_meta_keys(), d));
          }},
     };
     return parts;

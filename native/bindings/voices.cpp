@@ -7,6 +7,7 @@
 #include "common.h"
 #include "kazeia/error.h"
 #include "kazeia/speaker_encoder.h"
+#include "kazeia/speech_encoder.h"
 
 namespace kazeia::bindings {
 
@@ -71,6 +72,33 @@ void def_voices(py::module_ &m) {
         .def_property_readonly("min_samples", &SpeakerEncoder::min_samples)
         .def_property_readonly("hparams", [](const SpeakerEncoder &e) {
             return meta_to_dict(speaker_encoder_meta_keys(), e.hparams());
+        });
+
+    py::class_<SpeechEncoder>(m, "SpeechEncoder",
+                              "Speech-tokenizer codes of a recording (speech_encoder.gguf of a Base model)")
+        .def(py::init<const std::string &, int>(), py::arg("path"), py::arg("threads") = 2,
+             py::call_guard<py::gil_scoped_release>())
+        .def(
+            "encode",
+            [](const SpeechEncoder &e, const py::array &audio) {
+                auto s = samples_from(audio);
+                SpeechEncoder::Result r;
+                {
+                    py::gil_scoped_release release;
+                    r = e.encode(s.data(), s.size());
+                }
+                const py::ssize_t nq = e.hparams().valid_quantizers, d = e.hparams().hidden_size;
+                py::array_t<int32_t> codes({(py::ssize_t)r.frames, nq});
+                std::copy(r.codes.begin(), r.codes.end(), codes.mutable_data());
+                return py::make_tuple(codes, to_numpy(std::move(r.latent)).reshape({(py::ssize_t)r.frames, d}));
+            },
+            py::arg("audio"),
+            "(codes int32 [frames, 16], latent float32 [frames, hidden]) of mono audio at the "
+            "model's sample rate: frames = ceil(samples / frame_samples).")
+        .def_property_readonly("sample_rate", [](const SpeechEncoder &e) { return e.hparams().sample_rate; })
+        .def_property_readonly("frame_samples", [](const SpeechEncoder &e) { return e.hparams().frame_samples; })
+        .def_property_readonly("hparams", [](const SpeechEncoder &e) {
+            return meta_to_dict(speech_encoder_meta_keys(), e.hparams());
         });
 }
 

@@ -58,7 +58,7 @@ PART_INPUTS: dict[str, tuple[str, ...]] = {
     "decoder": ("dec_codes", "dec_codes_long"),
     "talker": ("input_ids", "fixed_talker_inputs_embeds"),
     "instruct": ("input_ids", "instruct_ids"),
-    "clone": ("ref_audio", "ref_audio_16k"),
+    "clone": ("ref_audio", "ref_audio_16k", "ref_audio_odd"),
     "design": (),
 }
 PARTS_BY_KIND = {"custom_voice": "decoder,talker", "base": "clone", "voice_design": "design"}
@@ -79,6 +79,8 @@ DEFAULT_INSTRUCT_IDS = [151644, 872, 198, 8206, 279, 1273, 13, 151645, 198]
 REF_AUDIO_SECONDS = 1.2
 REF_AUDIO_16K_SECONDS = 2.6
 REF_AUDIO_RATE_16K = 16000
+# A length that no stride divides (the encoders' padding rules for partial windows).
+REF_AUDIO_ODD_SAMPLES = 32881
 
 # The assistant prompt of an English sentence, tokenized with the Qwen2 BPE tokenizer (used when
 # no --inputs folder is given; the checkpoints carry no tokenizer files).
@@ -242,6 +244,7 @@ def make_inputs(
         ),
         "ref_audio": reference_audio(REF_AUDIO_SECONDS, 24000, seed),
         "ref_audio_16k": reference_audio(REF_AUDIO_16K_SECONDS, REF_AUDIO_RATE_16K, seed + 1),
+        "ref_audio_odd": reference_audio(REF_AUDIO_ODD_SAMPLES / 24000, 24000, seed + 2),
     }
     return {name: made[name] for name in names}
 
@@ -495,6 +498,11 @@ _VOICE_DESCRIPTIONS = {
     "ref16k_mel": "log-mel features of ref16k_resampled",
     "ref16k_xvector": "x-vector of ref_audio_16k",
     "ref16k_codes": "speech-tokenizer codes of ref_audio_16k",
+    "ref_audio_odd": f"a 24 kHz recording of {REF_AUDIO_ODD_SAMPLES} samples (no stride divides "
+    "it)",
+    "refodd_xvector": "x-vector of ref_audio_odd",
+    "refodd_latent": "speech-tokenizer encoder output of ref_audio_odd before the RVQ",
+    "refodd_codes": "speech-tokenizer codes of ref_audio_odd",
     "clone_icl_wav": "generate_voice_clone() audio, in-context, streaming text: ref_codes ++ "
     "codes decoded, the reference part cut",
     "clone_xvec_wav": "generate_voice_clone() audio, x-vector only, streaming text",
@@ -562,7 +570,8 @@ def instruct_arrays(model: Any, inputs: dict[str, np.ndarray]) -> tuple[dict, di
 
 
 def clone_arrays(wrapper: Any, inputs: dict[str, np.ndarray]) -> tuple[dict, dict]:
-    """Base: the voice-clone prompt of two recordings (features, x-vector, codes) and
+    """Base: the voice-clone prompt of two recordings (features, x-vector, codes), the
+    encoders on a third of an odd length, and
     ``generate_voice_clone`` in both modes, both text modes."""
     import librosa
     import torch
@@ -589,10 +598,12 @@ def clone_arrays(wrapper: Any, inputs: dict[str, np.ndarray]) -> tuple[dict, dic
             icl16 = wrapper.create_voice_clone_prompt(
                 ref_audio=(inputs["ref_audio_16k"], REF_AUDIO_RATE_16K), ref_text=ref_text
             )
+            odd_codes = model.speech_tokenizer.encode(inputs["ref_audio_odd"], sr=24000)
+            odd_xvector = model.extract_speaker_embedding(inputs["ref_audio_odd"], 24000)
     finally:
         for h in hooks:
             h.remove()
-    if len(captured["mel"]) != 3 or len(captured["latent"]) != 3:
+    if len(captured["mel"]) != 4 or len(captured["latent"]) != 4:
         raise RuntimeError("clone: unexpected feature extraction calls")
     if not torch.equal(icl[0].ref_spk_embedding, xvec[0].ref_spk_embedding):
         raise RuntimeError("clone: the x-vector of one recording differs between calls")
@@ -615,6 +626,9 @@ def clone_arrays(wrapper: Any, inputs: dict[str, np.ndarray]) -> tuple[dict, dic
         "ref16k_mel": arr(captured["mel"][2]),
         "ref16k_xvector": arr(icl16[0].ref_spk_embedding),
         "ref16k_codes": icl16[0].ref_code.cpu().numpy().astype(np.int64),
+        "refodd_xvector": arr(odd_xvector),
+        "refodd_latent": arr(captured["latent"][3].T),
+        "refodd_codes": odd_codes.audio_codes[0].cpu().numpy().astype(np.int64),
     }
     summary: dict[str, Any] = {
         "clone_prompt": {
