@@ -6,6 +6,12 @@
         play(chunk)
     print(synthesis.metrics)
 
+Voices beyond the built-in speakers (a cloned, described or instructed voice) are a
+VoicePrompt: made once per voice (Engine.clone_prompt, Engine.instruction_prompt) and passed to
+synthesize(voice=...). An in-context clone's audio is decoded with the reference codes as the
+decoder's left context, as the official code decodes reference and new codes together and cuts
+the reference part.
+
 Two threads per synthesis: a generator thread (talker + code predictor) hands each frame's 16
 codes to a decoder thread, which decodes the first frame alone and then every `stream_chunk`
 frames with the exact stateful streaming decoder; the consumer's iterator takes finished
@@ -37,7 +43,10 @@ import soundfile as sf
 from .errors import EngineError, InputError, ModelNotFoundError
 from .native import (
     Generator,
+    SpeakerEncoder,
     SpeechDecoder,
+    SpeechEncoder,
+    Voice,
     frame_budget,
     read_decoder_hparams,
     to_pcm16,
@@ -74,6 +83,34 @@ class SynthesisMetrics:
         return asdict(self)
 
 
+@dataclass(frozen=True, eq=False)
+class VoicePrompt:
+    """What the engine needs to speak with a voice beyond a built-in speaker (each model kind
+    takes its own, see native.Voice): a CustomVoice 1.7B speaker with instruction ids, a
+    VoiceDesign description's ids, or a Base clone's x-vector (and, in context, the reference
+    transcript's ids and the reference recording's codes [T, 16])."""
+
+    speaker: str = ""
+    instruct_ids: tuple[int, ...] = ()
+    speaker_embedding: np.ndarray | None = None
+    ref_ids: tuple[int, ...] = ()
+    ref_codes: np.ndarray | None = None
+
+    @property
+    def in_context(self) -> bool:
+        return self.ref_codes is not None
+
+    def native(self) -> Voice:
+        return Voice(
+            instruct_ids=np.asarray(self.instruct_ids, dtype=np.int64)
+            if self.instruct_ids
+            else None,
+            speaker_embedding=self.speaker_embedding,
+            ref_ids=np.asarray(self.ref_ids, dtype=np.int64) if self.ref_ids else None,
+            ref_codes=self.ref_codes,
+        )
+
+
 _DONE = object()
 
 # Pipelines whose threads may still run: cancelled and joined at interpreter exit, before the
@@ -98,6 +135,9 @@ class _Pipeline:
         speaker: str,
         language: str,
         settings: EngineSettings,
+        voice: VoicePrompt | None = None,
+        non_streaming: bool = False,
+        greedy: bool = False,
     ) -> None:
         self.metrics = SynthesisMetrics()
         self._engine = engine
@@ -109,6 +149,8 @@ class _Pipeline:
         self._start = time.monotonic()
         self._closed = False
         self._threads: list[threading.Thread] = []
+        # An in-context clone continues its reference: the decoder starts from its codes.
+        self._context = voice.ref_codes if voice is not None and voice.in_context else None
         if ids is None:  # nothing to say
             self._chunks.put(_DONE)
             self._closed = True
@@ -126,6 +168,9 @@ class _Pipeline:
             top_p=settings.top_p,
             repetition_penalty=settings.repetition_penalty,
             max_frames=max_frames,
+            non_streaming=non_streaming,
+            greedy=greedy,
+            voice=voice.native() if voice is not None else None,
         )
         self._threads = [
             threading.Thread(
@@ -161,9 +206,7 @@ class _Pipeline:
 
     def _decode(self) -> None:
         k = self._settings.stream_chunk
-        stream = (
-            None if (k == 0 or self._settings.decoder_subprocess) else self._engine.decoder.stream()
-        )
+        stream = None if (k == 0 or self._settings.decoder_subprocess) else self._primed_stream()
         pending: list[np.ndarray] = []
         try:
             while True:
@@ -194,9 +237,16 @@ class _Pipeline:
             self._first_chunk.set()  # never leave the generator waiting
             self._chunks.put(_DONE)
 
+    def _primed_stream(self) -> Any:
+        """A decoder stream, with the reference codes of an in-context clone behind it."""
+        stream = self._engine.decoder.stream()
+        if self._context is not None:
+            stream.push(self._context)  # its audio is the reference's: not played
+        return stream
+
     def _decode_one_pass(self, codes: np.ndarray) -> np.ndarray | None:
         """All frames at once, cancellable between pushes (None when cancelled)."""
-        stream = self._engine.decoder.stream()
+        stream = self._primed_stream()
         parts = []
         for at in range(0, len(codes), ONE_PASS_PUSH_FRAMES):
             if self._cancel.is_set():
@@ -205,7 +255,10 @@ class _Pipeline:
         return np.concatenate(parts)
 
     def _decode_subprocess(self, codes: np.ndarray) -> np.ndarray | None:
-        return self._engine.decode_subprocess(codes, self._cancel)
+        if self._context is None:
+            return self._engine.decode_subprocess(codes, self._cancel)
+        wav = self._engine.decode_subprocess(np.concatenate([self._context, codes]), self._cancel)
+        return None if wav is None else wav[len(self._context) * self._engine.hop_length :]
 
     def _timed(self, fn: Any, codes: np.ndarray) -> np.ndarray | None:
         t0 = time.monotonic()
@@ -339,6 +392,9 @@ class Engine:
         if not self.settings.decoder_subprocess:
             self._decoder = self._load_decoder(self.settings.decoder_threads)
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
+        # The Base models' encoders, loaded when a voice is cloned (see clone_prompt).
+        self._speaker_encoder: SpeakerEncoder | None = None
+        self._speech_encoder: SpeechEncoder | None = None
         # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap),
         # and its deadline: a base and a time per frame.
         self.decoder_command = [str(tool_path("kazeia-decoder"))]
@@ -370,6 +426,7 @@ class Engine:
         self.sample_rate, self.hop_length = decoder_hp.sample_rate, decoder_hp.hop_length
         if self._decoder is not None:
             self._decoder = self._load_decoder(self.settings.decoder_threads)
+        self._speaker_encoder = self._speech_encoder = None
         self._files = files
 
     def _load_generator(self, threads: int) -> Generator:
@@ -408,6 +465,69 @@ class Engine:
         }
 
     @property
+    def kind(self) -> str:
+        """The model's kind: "custom_voice", "base" or "voice_design" (config.json's
+        tts_model_type, recorded in talker.gguf)."""
+        return str(self.generator.hparams["kazeia.talker.model_type"])
+
+    @property
+    def follows_instructions(self) -> bool:
+        """VoiceDesign, and CustomVoice 1.7B (the official code ignores the 0.6B's)."""
+        size = self.generator.hparams["kazeia.talker.model_size"]
+        return self.kind == "voice_design" or (self.kind == "custom_voice" and size != "0b6")
+
+    def _encoder_file(self, name: str) -> str:
+        path = self.model_dir / name
+        if not path.is_file():
+            raise InputError(
+                f"{self.model_dir} is a {self.kind!r} model: cloning a voice needs a Base model "
+                f"(its {name}), e.g. Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+            )
+        return str(path)
+
+    def clone_prompt(
+        self, samples: np.ndarray, sample_rate: int, ref_text: str | None = None
+    ) -> VoicePrompt:
+        """The voice of a recording (mono float samples at any rate; resampled to the
+        encoders' rate with soxr's high quality, as the official code through librosa): its
+        x-vector, and with its transcript `ref_text` its codes for in-context cloning. Costs
+        about a second per 10 s of recording: make it once per voice."""
+        import soxr
+
+        if self._speaker_encoder is None:
+            self._speaker_encoder = SpeakerEncoder(
+                self._encoder_file("speaker_encoder.gguf"), threads=self.settings.threads
+            )
+        rate = self._speaker_encoder.sample_rate
+        audio = np.ascontiguousarray(samples, dtype=np.float32)
+        if sample_rate != rate:
+            audio = soxr.resample(audio, sample_rate, rate, quality="HQ").astype(np.float32)
+        embedding = self._speaker_encoder.embed(audio)
+        if ref_text is None or not ref_text.strip():
+            return VoicePrompt(speaker_embedding=embedding)
+        if self._speech_encoder is None:
+            self._speech_encoder = SpeechEncoder(
+                self._encoder_file("speech_encoder.gguf"), threads=self.settings.threads
+            )
+        codes, _ = self._speech_encoder.encode(audio)
+        return VoicePrompt(
+            speaker_embedding=embedding,
+            ref_ids=tuple(self.tokenizer.reference_ids(ref_text)),
+            ref_codes=codes,
+        )
+
+    def instruction_prompt(self, instruction: str, speaker: str = "") -> VoicePrompt:
+        """A CustomVoice 1.7B speaker speaking in the style `instruction`, or (VoiceDesign,
+        no speaker) the voice `instruction` describes."""
+        if not self.follows_instructions:
+            raise InputError(
+                f"this {self.kind!r} model takes no instruction: styles need a CustomVoice 1.7B "
+                "model, described voices a VoiceDesign model"
+            )
+        ids = self.tokenizer.instruction_ids(instruction) if instruction.strip() else []
+        return VoicePrompt(speaker=speaker, instruct_ids=tuple(ids))
+
+    @property
     def speakers(self) -> list[str]:
         return self.generator.speakers
 
@@ -416,15 +536,31 @@ class Engine:
         return self.generator.languages
 
     def synthesize(
-        self, text: str, speaker: str | None = None, language: str = "auto", **overrides: Any
+        self,
+        text: str,
+        speaker: str | None = None,
+        language: str = "auto",
+        voice: VoicePrompt | None = None,
+        non_streaming: bool = False,
+        greedy: bool = False,
+        **overrides: Any,
     ) -> Synthesis:
-        """Starts a synthesis; `overrides` are settings for this one (e.g. seed=7)."""
+        """Starts a synthesis with a built-in `speaker` or a `voice`; `overrides` are settings
+        for this one (e.g. seed=7). `non_streaming`: the whole text in the prompt (the official
+        non-streaming text mode) instead of one token per frame; `greedy`: argmax decoding."""
         settings = self.settings.replace(**overrides) if overrides else self.settings
-        if speaker is None:
+        if voice is not None:
+            speaker = voice.speaker
+        elif speaker is None:
             speaker = self.speakers[0] if self.speakers else ""
         # Validate now (unknown speaker/language raise here, not in a thread).
         lowered = language.lower()
-        if speaker.lower() not in self.speakers:
+        if (speaker or voice is None) and speaker.lower() not in self.speakers:
+            if not self.speakers:
+                raise InputError(
+                    f"this {self.kind!r} model has no built-in speakers: it speaks with a cloned "
+                    "or described voice"
+                )
             raise InputError(
                 f"unknown speaker {speaker!r}; valid speakers: {', '.join(self.speakers)}"
             )
@@ -433,7 +569,9 @@ class Engine:
                 f"unknown language {language!r}; valid languages: auto, {', '.join(self.languages)}"
             )
         ids = self.tokenizer.prompt_ids(text) if text.strip() else None
-        return Synthesis(_Pipeline(self, ids, speaker, language, settings))
+        return Synthesis(
+            _Pipeline(self, ids, speaker, language, settings, voice, non_streaming, greedy)
+        )
 
     def decode_subprocess(
         self, codes: np.ndarray, cancel: threading.Event | None = None

@@ -398,6 +398,16 @@ class TextTokenizer:
         """
         return self.encode(f"{IM_START}assistant\n{text}{IM_END}\n{IM_START}assistant\n")
 
+    def reference_ids(self, text: str) -> list[int]:
+        """Token ids of the transcript turn of an in-context clone, as the official code
+        tokenizes a reference text: ``<|im_start|>assistant\n{text}<|im_end|>\n``."""
+        return self.encode(f"{IM_START}assistant\n{text}{IM_END}\n")
+
+    def instruction_ids(self, text: str) -> list[int]:
+        """Token ids of an instruction turn (a CustomVoice style, a VoiceDesign description):
+        ``<|im_start|>user\n{text}<|im_end|>\n``."""
+        return self.encode(f"{IM_START}user\n{text}{IM_END}\n")
+
     def pre_tokenize(self, text: str) -> list[str]:
         """The pieces the split regex cuts ``text`` into (after NFC), for diagnostics and tests."""
         normalized = self._normalizer.normalize_str(text)
