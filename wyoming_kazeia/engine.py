@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
+from .convert import TOKENIZER_FILES
 from .errors import EngineError, InputError, ModelNotFoundError
 from .native import (
     Generator,
@@ -140,6 +141,7 @@ class _Pipeline:
         greedy: bool = False,
     ) -> None:
         self.metrics = SynthesisMetrics()
+        self.codes: list[np.ndarray] = []  # the generated frames, in order
         self._engine = engine
         self._settings = settings
         self._cancel = threading.Event()
@@ -216,6 +218,7 @@ class _Pipeline:
                 if item is _DONE or self._cancel.is_set():
                     break
                 pending.append(item)
+                self.codes.append(item)
                 self.metrics.n_frames += 1
                 # The first chunk is a single frame (first audio as soon as possible), then
                 # chunks of k frames (fewer pushes: each push reads all decoder weights).
@@ -342,6 +345,12 @@ class Synthesis:
     @property
     def metrics(self) -> SynthesisMetrics:
         return self._pipeline.metrics
+
+    @property
+    def codes(self) -> np.ndarray:
+        """The frames generated so far: int32 [T, 16], what the decoder consumes."""
+        frames = self._pipeline.codes
+        return np.stack(frames).astype(np.int32) if frames else np.zeros((0, 16), np.int32)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return self
@@ -476,8 +485,32 @@ class Engine:
         size = self.generator.hparams["kazeia.talker.model_size"]
         return self.kind == "voice_design" or (self.kind == "custom_voice" and size != "0b6")
 
+    @property
+    def voice_model_key(self) -> str:
+        """Names what a voice prompt depends on in this model (its encoders and tokenizer
+        files): a prompt stored under another key was made by another model."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for name in ("speaker_encoder.gguf", "speech_encoder.gguf", *TOKENIZER_FILES):
+            path = self.model_dir / name
+            if not path.is_file():
+                continue
+            size = path.stat().st_size
+            digest.update(f"{name}:{size}:".encode())
+            with path.open("rb") as f:  # the header, and the end (enough to tell files apart)
+                digest.update(f.read(1 << 20))
+                f.seek(max(0, size - (1 << 20)))
+                digest.update(f.read(1 << 20))
+        return digest.hexdigest()[:16]
+
     def _encoder_file(self, name: str) -> str:
         path = self.model_dir / name
+        if not path.is_file() and self.kind == "base":
+            raise ModelNotFoundError(
+                f"{self.model_dir} lacks {name}: convert the Base checkpoint again "
+                "(python -m wyoming_kazeia.convert)"
+            )
         if not path.is_file():
             raise InputError(
                 f"{self.model_dir} is a {self.kind!r} model: cloning a voice needs a Base model "

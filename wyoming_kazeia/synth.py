@@ -3,13 +3,22 @@
     python -m wyoming_kazeia.synth --text "..." --out out.wav [--model ...] [--voice vivian-fr]
         [--speaker S] [--language L] [--stream-chunk K] [--seed N] [--decoder-subprocess]
         [--data-dir DIR] [--json-metrics]
+    voices beyond the built-in speakers:
+        [--ref-audio FILE (--ref-text TEXT | --x-vector-only)]   clone (a Base model)
+        [--instruct TEXT]       a style (CustomVoice 1.7B) or a voice description (VoiceDesign)
+        [--voice NAME]          also a voice of the library (python -m wyoming_kazeia.voices)
+    reproducing a run:
+        [--non-streaming] [--greedy] [--repetition-penalty R] [--max-frames N]
+        [--codes-out FILE.npy]  the generated codes, int32 [T, 16]
 
 Models and voices are resolved exactly as the server resolves them: --model (KZTTS_MODEL, by
 default the server's default model) is a converted model directory, a Hugging Face checkpoint
 directory or a repo id, with the server's data directory (--data-dir, KZTTS_DATA_DIR) and
 weight type (KZTTS_QUANT); --voice (KZTTS_VOICE) is a voice name as the server advertises it,
-and --speaker / --language override its parts as a request's would. Metrics go to stdout (one
-JSON object with --json-metrics), progress to stderr.
+and --speaker / --language override its parts as a request's would. --non-streaming puts the
+whole text in the prompt (the official non-streaming text mode; the default streams it in as
+the server does); --greedy takes the most likely code at every step. Metrics go to stdout
+(one JSON object with --json-metrics), progress to stderr.
 """
 
 from __future__ import annotations
@@ -28,13 +37,43 @@ from . import cpu_floor  # noqa: F401 - first: it checks the CPU before numpy lo
 import numpy as np
 import soundfile as sf
 
-from .engine import Engine
-from .errors import KazeiaError
+from .engine import Engine, VoicePrompt
+from .errors import KazeiaError, VoiceError
 from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model
 from .settings import EngineSettings, add_env_argument
-from .voices import VoiceCatalog
+from .voices import VoiceCatalog, model_language, recording
+from .voices.library import VoiceLibrary
 
 _LOGGER = logging.getLogger(__name__)
+
+
+def _voice(engine: Engine, args: argparse.Namespace) -> tuple[str | None, str, VoicePrompt | None]:
+    """(speaker, language, voice prompt) of the command line."""
+    language = model_language(args.language)
+    if args.ref_audio is not None:
+        if (args.ref_text is None) == (not args.x_vector_only):
+            raise VoiceError("--ref-audio needs --ref-text TEXT (in context) or --x-vector-only")
+        rec = recording.load(args.ref_audio)
+        prompt = engine.clone_prompt(rec.samples, recording.RATE, args.ref_text)
+        return None, language or "auto", prompt
+    if args.ref_text is not None or args.x_vector_only:
+        raise VoiceError("--ref-text and --x-vector-only go with --ref-audio")
+    library = VoiceLibrary(args.data_dir)
+    stored = {v.name: v for v in library.scan()[0]}
+    if args.voice and args.voice.strip().lower() in stored:
+        voice = stored[args.voice.strip().lower()]
+        return None, language or voice.language or "auto", library.prompt(voice, engine)
+    if args.instruct is not None:
+        speaker = args.speaker.strip().lower() if args.speaker else ""
+        if engine.kind == "custom_voice" and not speaker:
+            speaker = VoiceCatalog(engine.speakers, engine.languages).resolve(args.voice)[0]
+        return None, language or "auto", engine.instruction_prompt(args.instruct, speaker)
+    if not engine.speakers:
+        return None, language or "auto", None  # the engine says what this model needs
+    speaker, language = VoiceCatalog(engine.speakers, engine.languages).resolve(
+        args.voice, args.speaker, args.language
+    )
+    return speaker, language, None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,6 +88,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_env_argument(parser, "--voice", "KZTTS_VOICE", "a voice name, as the server's --voice")
     parser.add_argument("--speaker", help="overrides the voice's speaker")
     parser.add_argument("--language", help="overrides the voice's language (e.g. fr, english)")
+    parser.add_argument("--ref-audio", type=Path, help="clone this recording (a Base model)")
+    parser.add_argument("--ref-text", help="the transcript of --ref-audio (in-context cloning)")
+    parser.add_argument(
+        "--x-vector-only", action="store_true", help="clone --ref-audio from its x-vector alone"
+    )
+    parser.add_argument("--instruct", help="a style (CustomVoice 1.7B) or a voice description")
+    parser.add_argument("--non-streaming", action="store_true", help="whole text in the prompt")
+    parser.add_argument("--greedy", action="store_true", help="argmax decoding")
+    parser.add_argument("--repetition-penalty", type=float)
+    parser.add_argument("--max-frames", type=int, help="stop after this many frames")
+    parser.add_argument("--codes-out", type=Path, help="write the codes (int32 [T, 16], .npy)")
     parser.add_argument("--stream-chunk", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--decoder-subprocess", action="store_true")
@@ -57,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser,
         "--data-dir",
         "KZTTS_DATA_DIR",
-        "downloaded and converted models, as the server's",
+        "downloaded and converted models and the voice library, as the server's",
         str(DEFAULT_DATA_DIR),
         type=Path,
     )
@@ -69,18 +119,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     overrides: dict[str, Any] = {}
-    if args.stream_chunk is not None:
-        overrides["stream_chunk"] = args.stream_chunk
-    if args.seed is not None:
-        overrides["seed"] = args.seed
+    for name in ("stream_chunk", "seed", "repetition_penalty", "max_frames"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
     if args.decoder_subprocess:
         overrides["decoder_subprocess"] = True
     try:
         settings = EngineSettings.from_env(**overrides)
         engine = Engine(resolve_model(args.model, settings.quant, args.data_dir), settings)
-        voices = VoiceCatalog(engine.speakers, engine.languages)
-        speaker, language = voices.resolve(args.voice, args.speaker, args.language)
-        synthesis = engine.synthesize(args.text, speaker=speaker, language=language)
+        speaker, language, voice = _voice(engine, args)
+        synthesis = engine.synthesize(
+            args.text,
+            speaker=speaker,
+            language=language,
+            voice=voice,
+            non_streaming=args.non_streaming,
+            greedy=args.greedy,
+        )
         chunks = list(synthesis)
     except KazeiaError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -89,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = args.out.with_name(args.out.name + ".tmp")
     sf.write(tmp, pcm, engine.sample_rate, subtype="PCM_16", format="WAV")
     tmp.replace(args.out)
+    if args.codes_out is not None:
+        np.save(args.codes_out, synthesis.codes)
     metrics = synthesis.metrics.as_dict()
     if args.json_metrics:
         print(json.dumps(metrics))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import VoiceError
+from ..errors import VoiceError
 
 # The default voice when none is configured: the official examples' speaker when the model has
 # it, else the first speaker in alphabetical order (the order of the model's speaker table).
@@ -36,6 +36,21 @@ LANGUAGE_CODES = {
     "french": "fr",
     "russian": "ru",
 }
+
+
+def model_language(language: str | None) -> str | None:
+    """A --language value (a code such as fr, or a name such as french) as a model language
+    name; None for automatic."""
+    if language is None or language.strip().lower() == "auto":
+        return None
+    key = language.strip().lower().replace("_", "-").split("-")[0]
+    for name, code in LANGUAGE_CODES.items():
+        if key in (name, code):
+            return name
+    raise VoiceError(
+        f"unknown language {language!r}; valid languages: auto, "
+        + ", ".join(f"{code} ({name})" for name, code in LANGUAGE_CODES.items())
+    )
 
 
 @dataclass(frozen=True)

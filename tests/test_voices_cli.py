@@ -1,0 +1,239 @@
+"""Your own voices from the command line: the voice library (python -m wyoming_kazeia.voices)
+and the voice flags of python -m wyoming_kazeia.synth, as real subprocesses on converted
+reference models (Base, VoiceDesign). Audio parity itself is test_voice_engine.py's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from conftest import REFERENCE, ref_array
+
+from wyoming_kazeia.convert import convert
+from wyoming_kazeia.engine import Engine
+from wyoming_kazeia.errors import ModelNotFoundError
+from wyoming_kazeia.voices.library import VoiceLibrary
+
+BASE = "tiny-base-0.6b"
+TEXTS = json.loads((REFERENCE / BASE / "ref" / "manifest.json").read_text())["_notes"][
+    "voice_texts"
+]
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", f"wyoming_kazeia.{module}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], message: str) -> None:
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for name in (BASE, "tiny-design-1.7b"):
+        out[name] = tmp_path_factory.mktemp(name)
+        convert(REFERENCE / name / "model", out[name], "f32")
+    return out
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("recordings")
+    rec = {name: folder / name for name in ("ref.wav", "stereo16k.flac", "note.txt")}
+    sf.write(rec["ref.wav"], ref_array(BASE, "ref_audio"), 24000, subtype="PCM_24")
+    mono16k = ref_array(BASE, "ref_audio_16k")
+    sf.write(rec["stereo16k.flac"], np.stack([mono16k, mono16k], axis=1), 16000)
+    rec["note.txt"].write_text("not audio")
+    for name, samples in {
+        "silent.wav": np.zeros(48000),
+        "short.wav": ref_array(BASE, "ref_audio")[:12000],
+        "long.wav": np.tile(ref_array(BASE, "ref_audio"), 18),
+        "empty.wav": np.zeros(0),
+    }.items():
+        rec[name] = folder / name
+        sf.write(rec[name], samples.astype(np.float32), 24000)
+    return rec
+
+
+def test_a_recording_becomes_a_voice_whose_prompt_is_computed_once(
+    tmp_path: Path,
+    models: dict[str, Path],
+    recordings: dict[str, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = str(tmp_path / "data")
+    stereo16k = str(recordings["stereo16k.flac"])
+    added = run(
+        "voices", "--data-dir", data, "add", "grandma", "--audio", stereo16k,
+        "--text", TEXTS["ref_text"], "--language", "fr", "--model", str(models[BASE]),
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith("added grandma: cloned from a 2.6 s recording")
+    listed = run("voices", "--data-dir", data, "list")
+    assert listed.stdout.split("\t")[:3] == ["grandma", "clone", "french"]
+    folder = tmp_path / "data" / "voices" / "grandma"
+    prompts = list(folder.glob("prompt-*.npz"))
+    assert len(prompts) == 1
+
+    # The stored prompt is read back, never computed again, also by a copy of the model
+    # elsewhere (it is named by the model's content) ...
+    library = VoiceLibrary(tmp_path / "data")
+    (voice,), problems = library.scan()
+    assert problems == []
+    model = tmp_path / "model"
+    shutil.copytree(models[BASE], model)
+    mtime = prompts[0].stat().st_mtime_ns
+    with caplog.at_level("INFO"):
+        prompt = library.prompt(voice, Engine(model))
+    assert "prompt computed" not in caplog.text and prompts[0].stat().st_mtime_ns == mtime
+    # ... and it is the official prompt of that recording (16 kHz stereo: averaged, resampled
+    # with soxr as the official with librosa).
+    assert prompt.speaker_embedding is not None and prompt.ref_codes is not None
+    assert np.abs(prompt.speaker_embedding - ref_array(BASE, "ref16k_xvector")).max() < 1e-4
+    assert np.array_equal(prompt.ref_codes, ref_array(BASE, "ref16k_codes"))
+    # A model without its encoders says so.
+    (model / "speaker_encoder.gguf").unlink()
+    with pytest.raises(ModelNotFoundError, match="lacks speaker_encoder.gguf"):
+        library.prompt(voice, Engine(model))
+
+    assert run("voices", "--data-dir", data, "remove", "grandma").returncode == 0
+    assert not folder.exists() and run("voices", "--data-dir", data, "list").stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--audio", "empty.wav"], "is empty"),
+        (["--audio", "silent.wav"], "is silent"),
+        (["--audio", "short.wav"], "0.50 s long: a voice needs at least 1 s"),
+        (["--audio", "long.wav"], "21.6 s long: at most 20 s"),
+        (["--audio", "note.txt"], "cannot read"),
+        (["--audio", "missing.wav"], "cannot read"),
+        (["--audio", "ref.wav", "--text", "مرحبا"], "a script the models do not speak"),
+        (["--audio", "ref.wav", "--language", "xx"], "unknown language 'xx'"),
+        (["--audio", "ref.wav", "--describe", "a voice"], "give one of"),
+        (["--text", "words"], "give one of"),
+        (["--speaker", "ryan"], "give one of"),
+    ],
+)
+def test_a_bad_voice_is_refused_clearly_and_nothing_is_stored(
+    tmp_path: Path, recordings: dict[str, Path], args: list[str], message: str
+) -> None:
+    folder = recordings["ref.wav"].parent
+    args = [str(folder / a) if a.endswith((".wav", ".txt", ".flac")) else a for a in args]
+    result = run("voices", "--data-dir", str(tmp_path), "add", "bad", *args)
+    one_line_error(result, message)
+    assert not (tmp_path / "voices" / "bad").exists()
+
+
+def test_names_are_safe_and_unique(tmp_path: Path, recordings: dict[str, Path]) -> None:
+    data, ref = str(tmp_path), str(recordings["ref.wav"])
+    for name in ("../up", "Grandma", "a b", "x" * 33, "9lives", "a.wav"):
+        one_line_error(run("voices", "--data-dir", data, "add", name, "--audio", ref), "invalid")
+    assert run("voices", "--data-dir", data, "add", "me", "--audio", ref).returncode == 0
+    one_line_error(run("voices", "--data-dir", data, "add", "me", "--audio", ref), "exists")
+    one_line_error(run("voices", "--data-dir", data, "remove", "nobody"), "no voice named")
+
+
+def test_a_corrupt_voice_is_reported_and_skipped(
+    tmp_path: Path, recordings: dict[str, Path]
+) -> None:
+    data = str(tmp_path)
+    for name in ("good", "broken", "noaudio"):
+        run("voices", "--data-dir", data, "add", name, "--audio", str(recordings["ref.wav"]))
+    (tmp_path / "voices" / "broken" / "voice.json").write_text("{not json")
+    (tmp_path / "voices" / "noaudio" / "reference.wav").unlink()
+    listed = run("voices", "--data-dir", data, "list")
+    assert listed.returncode == 0
+    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["good"]
+    assert "voice 'broken'" in listed.stderr and "voice 'noaudio'" in listed.stderr
+
+
+def test_a_model_of_another_kind_does_not_take_the_voice(
+    tmp_path: Path, models: dict[str, Path], recordings: dict[str, Path]
+) -> None:
+    result = run(
+        "voices", "--data-dir", str(tmp_path), "add", "me", "--audio", str(recordings["ref.wav"]),
+        "--model", str(models["tiny-design-1.7b"]),
+    )  # fmt: skip
+    one_line_error(result, "a clone voice needs a 'base' model")
+    assert not (tmp_path / "voices" / "me").exists()
+
+
+# --------------------------------------------------------------------------- synth
+
+
+def test_synth_clones_a_recording_and_writes_the_official_codes(
+    tmp_path: Path, models: dict[str, Path], recordings: dict[str, Path]
+) -> None:
+    common = [
+        "--model", str(models[BASE]), "--data-dir", str(tmp_path), "--text", TEXTS["text"],
+        "--language", "en", "--ref-audio", str(recordings["ref.wav"]), "--greedy",
+        "--repetition-penalty", "1.0", "--max-frames", "23",
+    ]  # fmt: skip
+    modes = {
+        "clone_icl": ["--ref-text", TEXTS["ref_text"]],
+        "clone_xvec_nonstream": ["--x-vector-only", "--non-streaming"],
+    }
+    for mode, flags in modes.items():
+        codes = tmp_path / f"{mode}.npy"
+        out = tmp_path / f"{mode}.wav"
+        result = run("synth", *common, *flags, "--codes-out", str(codes), "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        assert np.array_equal(np.load(codes), ref_array(BASE, f"{mode}_codes")), mode
+        assert sf.info(str(out)).frames == 23 * 1920
+
+
+def test_synth_speaks_a_described_voice(tmp_path: Path, models: dict[str, Path]) -> None:
+    name = "tiny-design-1.7b"
+    texts = json.loads((REFERENCE / name / "ref" / "manifest.json").read_text())["_notes"]
+    codes = tmp_path / "codes.npy"
+    result = run(
+        "synth", "--model", str(models[name]), "--text", texts["voice_texts"]["text"],
+        "--language", "english", "--instruct", texts["voice_texts"]["design"], "--non-streaming",
+        "--greedy", "--repetition-penalty", "1", "--max-frames", "23", "--codes-out", str(codes),
+        "--out", str(tmp_path / "out.wav"), "--data-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert np.array_equal(np.load(codes), ref_array(name, "design_codes"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ref-audio", "ref.wav"], "needs --ref-text TEXT (in context) or --x-vector-only"),
+        (["--ref-text", "hello"], "go with --ref-audio"),
+        (["--voice", "vivian"], "no built-in speakers"),
+        (["--instruct", "slowly"], "takes no instruction"),
+    ],
+)
+def test_synth_says_what_a_base_model_needs(
+    tmp_path: Path,
+    models: dict[str, Path],
+    recordings: dict[str, Path],
+    args: list[str],
+    message: str,
+) -> None:
+    folder = recordings["ref.wav"].parent
+    args = [str(folder / a) if a.endswith(".wav") else a for a in args]
+    result = run(
+        "synth", "--model", str(models[BASE]), "--data-dir", str(tmp_path), "--text", "Hi",
+        "--out", str(tmp_path / "o.wav"), *args,
+    )  # fmt: skip
+    one_line_error(result, message)

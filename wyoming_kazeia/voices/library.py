@@ -1,0 +1,276 @@
+"""The voice library: voices beyond the built-in speakers, kept in the data directory.
+
+    DATA_DIR/voices/NAME/voice.json      what the voice is (kind, transcript, description, ...)
+    DATA_DIR/voices/NAME/reference.wav   a clone's recording, 24 kHz mono float (as encoded)
+    DATA_DIR/voices/NAME/prompt-*.npz    its prompt for one model (x-vector, reference codes,
+                                         token ids), computed once and reused
+
+Three kinds, each spoken by its own kind of model:
+  clone     a recording (+ its transcript: in-context cloning; without: x-vector only) - Base
+  design    a voice described in words - VoiceDesign
+  instruct  a built-in speaker with a style instruction - CustomVoice 1.7B
+
+A voice's prompt file is named by the model's encoders and tokenizer (Engine.voice_model_key)
+and the recording's hash: a restart, or any request, reuses it; another model makes its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import tempfile
+import time
+import unicodedata
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import soundfile as sf
+
+from ..errors import InputError, VoiceError
+from . import recording
+from .recording import Recording
+
+if TYPE_CHECKING:
+    from ..engine import Engine, VoicePrompt
+
+_LOGGER = logging.getLogger(__name__)
+
+KINDS = {"clone": "base", "design": "voice_design", "instruct": "custom_voice"}  # -> model kind
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+VOICE_FILE = "voice.json"
+REFERENCE_FILE = "reference.wav"
+
+# The scripts of the models' languages (zh, en, de, es, fr, it, pt, ru, ja, ko): a transcript in
+# another script (Arabic, Devanagari, Greek, ...) is in a language the models lack.
+_SCRIPTS = ("LATIN", "CYRILLIC", "CJK", "HIRAGANA", "KATAKANA", "HANGUL", "FULLWIDTH")
+
+
+def check_name(name: str) -> str:
+    """`name` as a voice name (a safe file name: lowercase letters, digits, '_'), or
+    VoiceError."""
+    if not NAME.match(name):
+        raise VoiceError(
+            f"invalid voice name {name!r}: use 1-32 lowercase letters, digits and '_', "
+            "starting with a letter (e.g. grandma, my_voice_2)"
+        )
+    return name
+
+
+def check_transcript(text: str) -> str:
+    """The transcript of a recording, or InputError when no model language writes it."""
+    text = text.strip()
+    if not text:
+        raise InputError("the transcript is empty: give the words of the recording, or none")
+    for ch in text:
+        if ch.isalpha() and not unicodedata.name(ch, "").startswith(_SCRIPTS):
+            raise InputError(
+                f"the transcript is written in a script the models do not speak ({ch!r}, "
+                f"{unicodedata.name(ch, 'unknown').split()[0].title()}): they speak Chinese, "
+                "English, French, German, Italian, Japanese, Korean, Portuguese, Russian and "
+                "Spanish"
+            )
+    return text
+
+
+@dataclass(frozen=True)
+class StoredVoice:
+    name: str
+    kind: str  # a key of KINDS
+    language: str | None = None  # its default language (a model language name), None: auto
+    text: str | None = None  # clone: the recording's transcript (None: x-vector only)
+    description: str | None = None  # design
+    speaker: str | None = None  # instruct: the built-in speaker
+    instruct: str | None = None  # instruct: the style
+    audio_sha256: str | None = None  # clone: of reference.wav's samples
+    seconds: float | None = None  # clone: the recording's length
+
+    @property
+    def model_kind(self) -> str:
+        return KINDS[self.kind]
+
+    @property
+    def summary(self) -> str:
+        if self.kind == "clone":
+            mode = f'transcript "{self.text}"' if self.text else "x-vector only"
+            return f"cloned from a {self.seconds:.1f} s recording, {mode}"
+        if self.kind == "design":
+            return f'described: "{self.description}"'
+        return f'{self.speaker}, instructed: "{self.instruct}"'
+
+    @classmethod
+    def from_json(cls, data: Any, folder: Path) -> StoredVoice:
+        if not isinstance(data, dict) or data.get("kind") not in KINDS:
+            raise ValueError("not a voice description")
+        fields: dict[str, Any] = {k: data.get(k) for k in cls.__dataclass_fields__}
+        voice = cls(**fields)
+        for key in ("name", "language", "text", "description", "speaker", "instruct"):
+            value = getattr(voice, key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"its {key} is not a text")
+        if voice.name != folder.name:
+            raise ValueError(f"its name {voice.name!r} is not its folder's")
+        required = {"clone": ("audio_sha256",), "design": ("description",),
+                    "instruct": ("speaker", "instruct")}[voice.kind]  # fmt: skip
+        if any(not getattr(voice, key) for key in required):
+            raise ValueError(f"a {voice.kind} voice without {', '.join(required)}")
+        return voice
+
+
+class VoiceLibrary:
+    """The voices stored under DATA_DIR/voices (see the module docstring)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = Path(data_dir) / "voices"
+
+    # -- adding and removing ----------------------------------------------------------------
+
+    def add_clone(
+        self, name: str, rec: Recording, text: str | None = None, language: str | None = None
+    ) -> StoredVoice:
+        voice = StoredVoice(
+            name=check_name(name),
+            kind="clone",
+            language=language,
+            text=check_transcript(text) if text is not None else None,
+            audio_sha256=rec.sha256,
+            seconds=round(rec.seconds, 3),
+        )
+        return self._store(voice, rec)
+
+    def add_design(self, name: str, description: str, language: str | None = None) -> StoredVoice:
+        if not description.strip():
+            raise InputError("the description is empty: describe the voice in words")
+        return self._store(
+            StoredVoice(check_name(name), "design", language, description=description.strip())
+        )
+
+    def add_instruct(
+        self, name: str, speaker: str, instruct: str, language: str | None = None
+    ) -> StoredVoice:
+        if not instruct.strip():
+            raise InputError("the instruction is empty: say how the speaker should speak")
+        voice = StoredVoice(
+            check_name(name),
+            "instruct",
+            language,
+            speaker=speaker.strip().lower(),
+            instruct=instruct.strip(),
+        )
+        return self._store(voice)
+
+    def _store(self, voice: StoredVoice, rec: Recording | None = None) -> StoredVoice:
+        folder = self.root / voice.name
+        if folder.exists():
+            raise VoiceError(f"a voice named {voice.name!r} exists: remove it first")
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{voice.name}.", dir=self.root))
+        try:
+            if rec is not None:
+                sf.write(tmp / REFERENCE_FILE, rec.samples, recording.RATE, subtype="FLOAT")
+            data = {k: v for k, v in asdict(voice).items() if v is not None}
+            (tmp / VOICE_FILE).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+            tmp.chmod(0o755)
+            tmp.rename(folder)  # atomic: a voice is there whole or not at all
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return voice
+
+    def remove(self, name: str) -> None:
+        folder = self.root / check_name(name)
+        if not folder.is_dir():
+            raise VoiceError(f"no voice named {name!r} in {self.root}")
+        trash = folder.with_name(f".{name}.removed.{time.monotonic_ns()}")
+        folder.rename(trash)  # atomic, then deleted
+        shutil.rmtree(trash, ignore_errors=True)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def scan(self) -> tuple[list[StoredVoice], list[str]]:
+        """The stored voices by name, and one message per folder that is not a usable voice
+        (reported, skipped: the others keep working)."""
+        voices, problems = [], []
+        if not self.root.is_dir():
+            return [], []
+        for folder in sorted(self.root.iterdir()):
+            if folder.name.startswith(".") or not folder.is_dir():
+                continue
+            try:
+                data = json.loads((folder / VOICE_FILE).read_text(encoding="utf-8"))
+                voice = StoredVoice.from_json(data, folder)
+                if voice.kind == "clone" and not (folder / REFERENCE_FILE).is_file():
+                    raise ValueError(f"{REFERENCE_FILE} is missing")
+                voices.append(voice)
+            except (OSError, ValueError, TypeError) as err:
+                problems.append(f"voice {folder.name!r} in {self.root} is unusable: {err}")
+        return voices, problems
+
+    def signature(self) -> tuple[tuple[str, int], ...]:
+        """Changes when a voice is added or removed (the service rescans then)."""
+        if not self.root.is_dir():
+            return ()
+        return tuple(
+            sorted(
+                (p.name, p.stat().st_mtime_ns)
+                for p in self.root.iterdir()
+                if not p.name.startswith(".")
+            )
+        )
+
+    def prompt(self, voice: StoredVoice, engine: Engine) -> VoicePrompt:
+        """The voice's prompt for `engine`'s model: read from its file when computed before,
+        else computed now (a clone: ~1 s per 10 s of recording) and stored."""
+        from ..engine import VoicePrompt
+
+        folder = self.root / voice.name
+        key = engine.voice_model_key + (f"-{voice.audio_sha256[:16]}" if voice.audio_sha256 else "")
+        path = folder / f"prompt-{key}.npz"
+        if path.is_file():
+            try:
+                with np.load(path) as z:
+                    return VoicePrompt(
+                        speaker=str(z["speaker"]),
+                        instruct_ids=tuple(int(x) for x in z["instruct_ids"]),
+                        speaker_embedding=z["speaker_embedding"]
+                        if z["speaker_embedding"].size
+                        else None,
+                        ref_ids=tuple(int(x) for x in z["ref_ids"]),
+                        ref_codes=z["ref_codes"] if z["ref_codes"].size else None,
+                    )
+            except (OSError, ValueError, KeyError) as err:
+                _LOGGER.warning(
+                    "the prompt of voice %r is unreadable (%s): computing it again", voice.name, err
+                )
+        t0 = time.monotonic()
+        if voice.kind == "clone":
+            samples, rate = sf.read(str(folder / REFERENCE_FILE), dtype="float32")
+            if voice.audio_sha256 != recording.check(samples, rate, voice.name).sha256:
+                raise VoiceError(
+                    f"the recording of voice {voice.name!r} changed on disk: add it again"
+                )
+            made = engine.clone_prompt(samples, rate, voice.text)
+        elif voice.kind == "design":
+            made = engine.instruction_prompt(voice.description or "")
+        else:
+            made = engine.instruction_prompt(voice.instruct or "", speaker=voice.speaker or "")
+        empty_f, empty_i = np.zeros(0, np.float32), np.zeros((0, 16), np.int32)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(
+            tmp,
+            speaker=np.asarray(made.speaker),
+            instruct_ids=np.asarray(made.instruct_ids, dtype=np.int64),
+            speaker_embedding=made.speaker_embedding
+            if made.speaker_embedding is not None
+            else empty_f,
+            ref_ids=np.asarray(made.ref_ids, dtype=np.int64),
+            ref_codes=made.ref_codes if made.ref_codes is not None else empty_i,
+        )
+        tmp.replace(path)
+        _LOGGER.info(
+            "voice %r: prompt computed in %.2f s and stored", voice.name, time.monotonic() - t0
+        )
+        return made

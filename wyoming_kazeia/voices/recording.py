@@ -1,0 +1,78 @@
+"""Reference recordings of cloned voices: read, checked, and brought to the encoders' rate.
+
+A recording is read with soundfile (WAV, FLAC, OGG), its channels averaged as the official
+code does (librosa.load mono), and resampled to 24 kHz with soxr's high quality, the resampler
+librosa uses by default. What a clone needs of it is checked here, so that a bad file is
+refused with a clear message before anything is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from ..errors import InputError
+
+RATE = 24000  # the rate of the Base models' encoders (speaker and speech encoder)
+MIN_SECONDS = 1.0
+# A longer recording makes the prompt of every in-context synthesis longer (12.5 frames per
+# second of reference) and its encoding heavier; 5-10 s of clear speech clone best.
+MAX_SECONDS = 20.0
+SILENCE_RMS = 1e-4  # -80 dBFS: nothing to learn a voice from
+
+
+@dataclass(frozen=True)
+class Recording:
+    samples: np.ndarray  # float32 mono at RATE
+    source_rate: int
+    sha256: str  # of the samples as stored (24 kHz float32)
+
+    @property
+    def seconds(self) -> float:
+        return len(self.samples) / RATE
+
+
+def resample(samples: np.ndarray, rate: int) -> np.ndarray:
+    """Mono float samples at `rate` -> float32 at RATE (soxr HQ: librosa's default)."""
+    import soxr
+
+    audio = np.ascontiguousarray(samples, dtype=np.float32)
+    if rate == RATE:
+        return audio
+    return np.asarray(soxr.resample(audio, rate, RATE, quality="HQ"), dtype=np.float32)
+
+
+def check(samples: np.ndarray, rate: int, where: str) -> Recording:
+    """A Recording of mono `samples` at `rate`; InputError saying what is wrong with it."""
+    if samples.size == 0:
+        raise InputError(f"{where} is empty")
+    seconds = len(samples) / rate
+    if seconds < MIN_SECONDS:
+        raise InputError(
+            f"{where} is {seconds:.2f} s long: a voice needs at least {MIN_SECONDS:.0f} s "
+            "(5-10 s of clear speech clone best)"
+        )
+    if seconds > MAX_SECONDS:
+        raise InputError(
+            f"{where} is {seconds:.1f} s long: at most {MAX_SECONDS:.0f} s (5-10 s of clear "
+            "speech clone best; cut it, e.g. `sox in.wav out.wav trim 0 10`)"
+        )
+    if not np.all(np.isfinite(samples)):
+        raise InputError(f"{where} holds invalid samples (NaN or infinite)")
+    if float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) < SILENCE_RMS:
+        raise InputError(f"{where} is silent")
+    audio = resample(samples, rate)
+    return Recording(audio, rate, hashlib.sha256(audio.tobytes()).hexdigest())
+
+
+def load(path: Path) -> Recording:
+    """The recording in file `path` (any rate and channel count)."""
+    try:
+        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    except (OSError, RuntimeError, sf.LibsndfileError) as err:
+        raise InputError(f"cannot read {path} as audio (WAV, FLAC or OGG): {err}") from err
+    return check(data.mean(axis=1), int(rate), str(path))
