@@ -4,8 +4,10 @@ reference models (Base, VoiceDesign). Audio parity itself is test_voice_engine.p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +16,14 @@ import numpy as np
 import pytest
 import soundfile as sf
 from conftest import REFERENCE, ref_array
+from test_server_cli import free_uri, wait_until_ready
+from wyoming.client import AsyncClient
+from wyoming.tts import Synthesize, SynthesizeVoice
 
 from wyoming_kazeia.convert import convert
 from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.errors import ModelNotFoundError
+from wyoming_kazeia.health_check import probe
 from wyoming_kazeia.voices.library import VoiceLibrary
 
 BASE = "tiny-base-0.6b"
@@ -237,3 +243,74 @@ def test_synth_says_what_a_base_model_needs(
         "--out", str(tmp_path / "o.wav"), *args,
     )  # fmt: skip
     one_line_error(result, message)
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def describe_voices(uri: str) -> list[str]:
+    info = asyncio.run(probe(uri, 5))
+    assert info is not None
+    return [v.name for v in info.tts[0].voices]
+
+
+async def speak(uri: str, text: str, voice: str) -> tuple[int, list[str]]:
+    """(samples, event types) of a one-shot request."""
+    samples, types = 0, []
+    async with AsyncClient.from_uri(uri) as client:
+        await client.write_event(Synthesize(text, SynthesizeVoice(voice)).event())
+        while (event := await client.read_event()) is not None:
+            types.append(event.type)
+            samples += len(event.payload or b"") // 2 if event.type == "audio-chunk" else 0
+            if event.type in ("audio-stop", "error"):
+                break
+    return samples, types
+
+
+def test_a_voice_added_while_the_server_runs_is_served_and_its_prompt_kept(
+    tmp_path: Path, models: dict[str, Path], recordings: dict[str, Path]
+) -> None:
+    data = tmp_path / "data"
+    uri_args = free_uri()
+    uri = uri_args[1]
+    cmd = [
+        sys.executable, "-m", "wyoming_kazeia", "--model", str(models[BASE]),
+        "--data-dir", str(data), *uri_args, "--max-frames", "6", "--seed", "1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until_ready(proc, uri)
+        assert describe_voices(uri) == []  # a Base model: no voices of its own
+        samples, types = asyncio.run(speak(uri, "Hello.", "grandma"))
+        assert types == ["error"]
+        added = run(
+            "voices", "--data-dir", str(data), "add", "grandma", "--audio",
+            str(recordings["ref.wav"]), "--text", TEXTS["ref_text"], "--language", "en",
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        voices = describe_voices(uri)  # no restart
+        assert "grandma" in voices and "grandma-fr" in voices
+        samples, types = asyncio.run(speak(uri, "Hello.", "grandma"))
+        assert types[0] == "audio-start" and types[-1] == "audio-stop"
+        assert samples == 6 * 1920
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, first = proc.communicate(timeout=30)
+    assert proc.returncode == 0, first
+    assert "voices: added grandma" in first and "voice 'grandma': prompt computed" in first
+    (prompt,) = (data / "voices" / "grandma").glob("prompt-*.npz")
+    mtime = prompt.stat().st_mtime_ns
+
+    # A restart reads the prompt: nothing is computed again, the voice speaks at once (it is
+    # also the default voice now, and warms the engine up).
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until_ready(proc, uri)
+        samples, types = asyncio.run(speak(uri, "Hello again.", "grandma-en"))
+        assert samples == 6 * 1920
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, second = proc.communicate(timeout=30)
+    assert proc.returncode == 0, second
+    assert "prompt computed" not in second and "warm-up synthesis:" in second
+    assert prompt.stat().st_mtime_ns == mtime

@@ -28,21 +28,23 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from . import __version__, cpu_floor  # noqa: F401 - cpu_floor first: it checks the CPU
-from .engine import Engine
+from .engine import Engine, VoicePrompt
 from .errors import KazeiaError, SettingsError
 from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import KERNEL_ISA, ggml_cpu_features, ggml_cpu_variant
 from .server import serve
-from .service import TtsService
+from .service import TtsService, speaks
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
-from .voices import DEFAULT_SPEAKER, VoiceCatalog
+from .voices import DEFAULT_SPEAKER, Choice, VoiceCatalog
+from .voices.library import VoiceLibrary
 
 _LOGGER = logging.getLogger("wyoming_kazeia")
 
 # The warm-up synthesis: a short sentence of the default voice, a few frames.
 WARMUP_TEXT = "Hello."
 WARMUP_FRAMES = 8
+VOICE_WATCH_S = 5.0  # how often the library is looked at for added or removed voices
 
 T = TypeVar("T")
 
@@ -208,7 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _LOGGER.error("%s", err)
         return 1
     service = TtsService(
-        max_queue=args.max_queue, max_unsent_bytes=int(args.max_unsent_mb * (1 << 20))
+        max_queue=args.max_queue,
+        max_unsent_bytes=int(args.max_unsent_mb * (1 << 20)),
+        library=VoiceLibrary(args.data_dir),
     )
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_run(service, args, settings, mqtt))
@@ -231,6 +235,7 @@ async def _run(
     stdio = urlparse(args.uri).scheme == "stdio"
     server: asyncio.Task[None] | None = None
     bridge: asyncio.Task[None] | None = None
+    watch: asyncio.Task[None] | None = None
     try:
         if not stdio:  # bound before any download: describe answers during the first start
             listening = asyncio.Event()
@@ -249,6 +254,7 @@ async def _run(
             if server.done():
                 server.result()  # raises what stopped it (a busy port, a bad path)
         await _load(service, args, settings)
+        watch = asyncio.create_task(_watch_voices(service))
         if mqtt is not None:
             bridge = asyncio.create_task(MqttBridge(service, mqtt).run())
         if stdio:
@@ -264,13 +270,21 @@ async def _run(
     except asyncio.CancelledError:
         pass
     finally:
-        for t in (bridge, server):
+        for t in (watch, bridge, server):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
         service.shutdown()
     return 0
+
+
+async def _watch_voices(service: TtsService) -> None:
+    """Voices added to or removed from the library appear in Home Assistant (describe, the
+    MQTT voice select) within a few seconds, with no request needed."""
+    while True:
+        await asyncio.sleep(VOICE_WATCH_S)
+        service.refresh_voices()
 
 
 async def _first(awaitable: Any, task: asyncio.Task[None]) -> None:
@@ -324,14 +338,29 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
         int(engine.generator.hparams["kazeia.talker.hidden_size"]),
         bool(engine.speakers),
     )
+    # The library voices this model speaks: their prompts computed where missing (once: they
+    # are stored), so that no request computes one.
+    service.set_loading(f"preparing the voices of {model_dir}")
+    await _in_thread(lambda: _prepare_voices(engine, args.data_dir))
+    warm = None
     if not args.no_warmup:
+        try:
+            warm = _warm_up_voice(engine, args)
+        except KazeiaError as err:  # no voice to warm up with (a Base model, no voices yet)
+            _LOGGER.info("no warm-up synthesis: %s", err)
+    if warm is not None:
         # One short synthesis of the default voice (graphs, weight pages, its voice prefix),
         # before the service is ready: no request shares the engine with it.
         service.set_loading(f"warming up {model_dir}")
         warm_start = time.monotonic()
-        speaker, language = VoiceCatalog(engine.speakers, engine.languages).resolve(args.voice)
+        choice, voice = warm
         warm_up = engine.synthesize(
-            WARMUP_TEXT, speaker, language, max_frames=WARMUP_FRAMES, seed=0
+            WARMUP_TEXT,
+            choice.speaker or None,
+            choice.language,
+            voice=voice,
+            max_frames=WARMUP_FRAMES,
+            seed=0,
         )
         try:
             await _in_thread(lambda: sum(1 for _ in warm_up))
@@ -347,6 +376,28 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
             warm_up.close()
     service.attach(engine, args.voice, summary.name)
     _banner(service, summary.origin, model_dir, time.monotonic() - start)
+
+
+def _prepare_voices(engine: Engine, data_dir: Path) -> None:
+    """The prompts of the library voices the model speaks, computed now where missing (a
+    voice that fails is reported and left out; the service skips it too)."""
+    library = VoiceLibrary(data_dir)
+    for stored in library.scan()[0]:
+        if speaks(engine, stored):
+            try:
+                library.prompt(stored, engine)
+            except KazeiaError as err:
+                _LOGGER.warning("voice %r: %s", stored.name, err)
+
+
+def _warm_up_voice(engine: Engine, args: argparse.Namespace) -> tuple[Choice, VoicePrompt | None]:
+    """The default voice, for the warm-up synthesis."""
+    library = VoiceLibrary(args.data_dir)
+    stored = [v for v in library.scan()[0] if speaks(engine, v)]
+    choice = VoiceCatalog(engine.speakers, engine.languages, stored).choose(args.voice)
+    if choice.stored is None:
+        return choice, None
+    return choice, library.prompt(next(v for v in stored if v.name == choice.stored), engine)
 
 
 def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) -> None:

@@ -460,12 +460,12 @@ class KazeiaEventHandler(AsyncEventHandler):
                 await self.write_event(AudioStop().event())
             return False
         _LOGGER.info(
-            "%s request from %s: voice %s, speaker %s, language %s, %d characters: spoken",
+            "%s request from %s: voice %s (%s), language %s, %d characters: spoken",
             mode,
             self.peer,
             name or self.service.default_voice,
-            chosen[0],
-            chosen[1],
+            chosen.stored or chosen.speaker,
+            chosen.language,
             len(utterance.text),
         )
         return True

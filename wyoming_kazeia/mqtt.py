@@ -195,16 +195,21 @@ class MqttBridge:
         self._thread_options = [
             str(n) for n in sorted(set(range(low, max_threads + 1)) | {service.settings.threads})
         ]
-        self.entities = {e.key: e for e in self._entities()}
-        self._by_command_topic = {
-            self.command_topic(e): e for e in self.entities.values() if e.command
-        }
+        self._build_entities()
         self._sent: dict[str, str] = {}  # state topic -> payload, for this connection
         self._changed = asyncio.Event()
         self._stopping = False
         service.add_listener(self._changed.set)  # never blocks: the publisher task waits
 
     # -- entities --------------------------------------------------------------------------
+
+    def _build_entities(self) -> None:
+        # What `describe` answers (the voices) is part of the discovery payloads.
+        self._revision = self.service.revision
+        self.entities = {e.key: e for e in self._entities()}
+        self._by_command_topic = {
+            self.command_topic(e): e for e in self.entities.values() if e.command
+        }
 
     def _entities(self) -> list[_Entity]:
         service = self.service
@@ -482,6 +487,9 @@ class MqttBridge:
         while True:
             await self._changed.wait()
             self._changed.clear()
+            if self.service.revision != self._revision:  # e.g. a voice added: new options
+                self._build_entities()
+                await self._publish_discovery(client)
             await self._publish_states(client)
 
     async def _receive(self, client: aiomqtt.Client) -> None:

@@ -17,6 +17,12 @@ within one frame; the engine thread waits until its threads have ended before it
 one, so nothing keeps running for a gone client. Audio a client does not read is bounded
 (`max_unsent_bytes` per request): past it the synthesis is cancelled with `SlowClientError`.
 
+The voices are the model's built-in speakers and the voices of the library (`library`) that the
+model speaks; voices added to or removed from the library while the service runs appear and
+disappear at the next `refresh_voices` (the server calls it on `describe` and every few
+seconds). A library voice's prompt is read from its file (computed and stored on its first use
+by this model), and kept in memory.
+
 Settings and the default voice can change while the service runs (the MQTT bridge does it);
 they apply from the next synthesis on. Listeners are called on the event loop whenever the
 status (state, queue depth, last metrics) or the settings change.
@@ -37,10 +43,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Engine, Synthesis, SynthesisMetrics
-from .errors import NotReadyError, ServiceBusyError, SlowClientError
+from .engine import Engine, Synthesis, SynthesisMetrics, VoicePrompt
+from .errors import NotReadyError, ServiceBusyError, SlowClientError, VoiceError
 from .settings import EngineSettings
-from .voices import VoiceCatalog
+from .voices import Choice, VoiceCatalog
+from .voices.library import StoredVoice, VoiceLibrary
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -129,8 +136,7 @@ class _Queued:
 
     job: _Job
     text: str
-    speaker: str
-    language: str
+    choice: Choice
     answer: Answer
     own: bool  # the answer was made for this sentence alone (closed when it ends)
 
@@ -164,6 +170,16 @@ class AudioStream:
         self._job.cancel()
 
 
+def speaks(engine: Engine, voice: StoredVoice) -> bool:
+    """Whether the engine's model speaks a library voice: clones need a Base model, described
+    voices a VoiceDesign model, instructed ones a CustomVoice 1.7B model with that speaker."""
+    if voice.model_kind != engine.kind:
+        return False
+    return voice.kind != "instruct" or (
+        engine.follows_instructions and (voice.speaker or "") in engine.speakers
+    )
+
+
 class TtsService:
     def __init__(
         self,
@@ -172,6 +188,7 @@ class TtsService:
         max_queue: int = 8,
         model_name: str = "",
         max_unsent_bytes: int = 8 << 20,
+        library: VoiceLibrary | None = None,
     ) -> None:
         self.max_queue = max_queue
         self.max_unsent_bytes = max_unsent_bytes
@@ -182,6 +199,12 @@ class TtsService:
         self._engine: Engine | None = None
         self.voices = VoiceCatalog([], [])
         self._default_voice = ""
+        self._library = library
+        self._library_state: tuple[tuple[str, int], ...] | None = None
+        self._stored: dict[str, StoredVoice] = {}  # the library voices the model speaks
+        # name -> (voice, the generator it was made for, prompt); the engine thread's only
+        self._prompts: dict[str, tuple[StoredVoice, Any, VoicePrompt]] = {}
+        self._reported: set[str] = set()  # unusable library voices already logged
         self._settings = EngineSettings()
         self._answers: set[Answer] = set()  # admitted and not ended
         self._listeners: list[Callable[[], None]] = []
@@ -202,13 +225,51 @@ class TtsService:
         self, engine: Engine, default_voice: str | None = None, model_name: str = ""
     ) -> None:
         """Makes the service ready with `engine` (VoiceError for an unknown default voice)."""
-        voices = VoiceCatalog(engine.speakers, engine.languages)
-        self._default_voice = voices.get(default_voice or voices.default).name
+        voices = self._catalog(engine)
+        self._default_voice = (
+            voices.get(default_voice or voices.default).name if voices.voices else ""
+        )
         self.voices, self._settings, self._engine = voices, engine.settings, engine
         self.model_name = model_name or self.model_name
         self.loading = ""
         self.revision += 1
         self._notify()
+
+    def _catalog(self, engine: Engine) -> VoiceCatalog:
+        """The engine's voices: its speakers and the library voices it speaks."""
+        stored: list[StoredVoice] = []
+        if self._library is not None:
+            self._library_state = self._library.signature()
+            found, problems = self._library.scan()
+            for problem in problems:
+                if problem not in self._reported:
+                    self._reported.add(problem)
+                    _LOGGER.warning("%s: skipped", problem)
+            stored = [v for v in found if speaks(engine, v)]
+        self._stored = {v.name: v for v in stored}
+        return VoiceCatalog(engine.speakers, engine.languages, stored)
+
+    def refresh_voices(self) -> bool:
+        """Takes up voices added to or removed from the library since the last look (call on
+        the event loop); True when the voices changed."""
+        if self._engine is None or self._library is None:
+            return False
+        if self._library.signature() == self._library_state:
+            return False
+        before = set(self._stored)
+        self.voices = self._catalog(self._engine)
+        added, removed = set(self._stored) - before, before - set(self._stored)
+        if added or removed:
+            _LOGGER.info(
+                "voices: added %s, removed %s",
+                ", ".join(sorted(added)) or "none",
+                ", ".join(sorted(removed)) or "none",
+            )
+        if self._default_voice not in {v.name for v in self.voices.voices}:
+            self._default_voice = self.voices.default
+        self.revision += 1
+        self._notify()
+        return True
 
     def set_loading(self, text: str) -> None:
         """What the first start is doing ("downloading ... 35%"), for `describe` and logs."""
@@ -271,12 +332,13 @@ class TtsService:
 
     def resolve_voice(
         self, name: str | None, speaker: str | None = None, language: str | None = None
-    ) -> tuple[str, str]:
-        """(speaker, language) of a request; VoiceError names the valid choices (NotReadyError
-        before the model is loaded)."""
+    ) -> Choice:
+        """The voice of a request; VoiceError names the valid choices (NotReadyError before
+        the model is loaded)."""
         if not self.ready:
             raise NotReadyError(f"the model is not ready yet: {self.loading}")
-        return self.voices.resolve(name, speaker, language, default=self._default_voice)
+        self.refresh_voices()
+        return self.voices.choose(name, speaker, language, default=self._default_voice)
 
     def admit(self) -> Answer:
         """A place in the queue for a request arriving now (call on the event loop):
@@ -319,7 +381,7 @@ class TtsService:
             answer = self.admit()
         job = _Job(loop, answer, self.max_unsent_bytes)
         with self._work:
-            self._jobs.append(_Queued(job, text, *chosen, answer, own))
+            self._jobs.append(_Queued(job, text, chosen, answer, own))
             self._work.notify()
             depth = len(self._jobs)
         self._update(queue_depth=depth)
@@ -350,7 +412,7 @@ class TtsService:
 
     def _run(self, queued: _Queued) -> None:
         """Engine thread: one synthesis, start to end (an answer of its own closes at the end)."""
-        job, text, speaker, language = queued.job, queued.text, queued.speaker, queued.language
+        job, text, choice = queued.job, queued.text, queued.choice
         own = queued.answer if queued.own else None
         job.call(self._started)
         try:
@@ -359,8 +421,11 @@ class TtsService:
             self.engine.refresh()  # model files changed on disk: loaded again first
             if self._settings is not self.engine.settings:
                 self.engine.apply_settings(self._settings)
+            voice = self._prompt(choice.stored) if choice.stored else None
             with job.lock:
-                job.synthesis = self.engine.synthesize(text, speaker, language)
+                job.synthesis = self.engine.synthesize(
+                    text, choice.speaker or None, choice.language, voice=voice
+                )
             synthesis = job.synthesis
             try:
                 for pcm in synthesis:
@@ -376,6 +441,17 @@ class TtsService:
         finally:
             job.put(_END)
             job.call(self._ended, own)
+
+    def _prompt(self, name: str) -> VoicePrompt:
+        """Engine thread: the prompt of library voice `name` for the engine's model."""
+        voice = self._stored.get(name)
+        if voice is None or self._library is None:
+            raise VoiceError(f"voice {name!r} was removed")
+        known = self._prompts.get(name)
+        if known is None or known[0] != voice or known[1] is not self.engine.generator:
+            known = (voice, self.engine.generator, self._library.prompt(voice, self.engine))
+            self._prompts[name] = known
+        return known[2]
 
     def _started(self) -> None:
         self._update(state="synthesizing", queue_depth=len(self._jobs))

@@ -11,11 +11,20 @@ and the language id the model is given:
 Speaker names may contain "_" (uncle_fu), never "-", so the name splits unambiguously. Dialect
 entries of the model's language table (beijing_dialect, ...) are not voices of their own: the
 engine applies a speaker's dialect by itself when the language is Chinese or automatic.
+
+The voices of the library (cloned, described, instructed: voices/library.py) that the model
+speaks are advertised the same way: `grandma` in its own default language (or automatic) and
+`grandma-fr` in each language.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .library import StoredVoice
 
 from ..errors import VoiceError
 
@@ -56,22 +65,36 @@ def model_language(language: str | None) -> str | None:
 @dataclass(frozen=True)
 class Voice:
     name: str
-    speaker: str
+    speaker: str  # a built-in speaker ("" for a cloned or described voice)
     language: str  # a model language name, or "auto"
     codes: tuple[str, ...]  # the language codes Home Assistant may select this voice for
+    stored: str | None = None  # the library voice it speaks with, if any
 
     @property
     def description(self) -> str:
-        speaker = self.speaker.replace("_", " ").title()
+        who = (self.stored or self.speaker).replace("_", " ").title()
+        own = "own voice, " if self.stored is not None else ""
         if self.language == "auto":
-            return f"{speaker} (automatic language)"
-        return f"{speaker} ({self.language.title()})"
+            return f"{who} ({own}automatic language)"
+        return f"{who} ({own}{self.language.title()})"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a request asked for: a built-in speaker, or a library voice (`stored`; its
+    `speaker` is the built-in speaker of an instructed voice, else "")."""
+
+    speaker: str
+    language: str  # a model language name, or "auto"
+    stored: str | None = None
 
 
 class VoiceCatalog:
     """The voices of one model, and the resolution of a Wyoming voice request."""
 
-    def __init__(self, speakers: list[str], languages: list[str]) -> None:
+    def __init__(
+        self, speakers: list[str], languages: list[str], stored: Sequence[StoredVoice] = ()
+    ) -> None:
         self.speakers = list(speakers)
         # Dialects are chosen by the engine through the speaker (see the module docstring).
         self.languages = [lang for lang in languages if not lang.endswith("_dialect")]
@@ -81,6 +104,16 @@ class VoiceCatalog:
             self.voices.append(Voice(speaker, speaker, "auto", all_codes))
             for lang, code in zip(self.languages, all_codes, strict=True):
                 self.voices.append(Voice(f"{speaker}-{code}", speaker, lang, (code,)))
+        names = {v.name for v in self.voices}
+        self.stored = [s for s in stored if s.name not in names]  # a speaker's name wins
+        for s in self.stored:
+            own = s.language if s.language in self.languages else None
+            codes = (LANGUAGE_CODES.get(own, own),) if own else all_codes
+            self.voices.append(Voice(s.name, s.speaker or "", own or "auto", codes, s.name))
+            for lang, code in zip(self.languages, all_codes, strict=True):
+                self.voices.append(
+                    Voice(f"{s.name}-{code}", s.speaker or "", lang, (code,), s.name)
+                )
         self._by_name = {v.name: v for v in self.voices}
         self._language_by_code = {
             **{lang: lang for lang in self.languages},
@@ -90,14 +123,40 @@ class VoiceCatalog:
 
     @property
     def default(self) -> str:
-        """The voice used when none is configured (see DEFAULT_SPEAKER)."""
-        return DEFAULT_SPEAKER if DEFAULT_SPEAKER in self.speakers else self.speakers[0]
+        """The voice used when none is configured (see DEFAULT_SPEAKER): else the first
+        speaker, else the first library voice, else "" (no voices)."""
+        if DEFAULT_SPEAKER in self.speakers:
+            return DEFAULT_SPEAKER
+        return self.speakers[0] if self.speakers else (self.stored[0].name if self.stored else "")
 
     def get(self, name: str) -> Voice:
         voice = self._by_name.get(name.strip().lower())
+        if voice is None and not self.voices:
+            raise VoiceError(
+                "this model has no voices yet: add one with `python -m wyoming_kazeia.voices "
+                "add NAME --audio FILE --text TRANSCRIPT` (a Base model clones it)"
+            )
         if voice is None:
             raise VoiceError(f"unknown voice {name!r}; valid voices: {', '.join(self._by_name)}")
         return voice
+
+    def choose(
+        self,
+        name: str | None,
+        speaker: str | None = None,
+        language: str | None = None,
+        default: str | None = None,
+    ) -> Choice:
+        """The Choice of a request's voice name, speaker and language (see resolve)."""
+        voice = self.get(name or default or self.default)
+        if voice.stored is None:
+            return Choice(*self.resolve(voice.name, speaker, language))
+        if speaker and speaker.strip().lower() != voice.speaker:
+            raise VoiceError(f"voice {voice.stored!r} is an own voice: it takes no speaker")
+        chosen_language = voice.language
+        if language:
+            chosen_language = self._language(language)
+        return Choice(voice.speaker, chosen_language, voice.stored)
 
     def resolve(
         self,
@@ -117,13 +176,16 @@ class VoiceCatalog:
                     f"unknown speaker {speaker!r}; valid speakers: {', '.join(self.speakers)}"
                 )
         if language:
-            # "fr", "fr-FR", "fr_FR", "french": the part before the region decides.
-            key = language.strip().lower().replace("_", "-")
-            found = self._language_by_code.get(key) or self._language_by_code.get(key.split("-")[0])
-            if found is None:
-                raise VoiceError(
-                    f"unknown language {language!r}; valid languages: auto, "
-                    + ", ".join(f"{LANGUAGE_CODES.get(x, x)} ({x})" for x in self.languages)
-                )
-            chosen_language = found
+            chosen_language = self._language(language)
         return chosen_speaker, chosen_language
+
+    def _language(self, language: str) -> str:
+        # "fr", "fr-FR", "fr_FR", "french": the part before the region decides.
+        key = language.strip().lower().replace("_", "-")
+        found = self._language_by_code.get(key) or self._language_by_code.get(key.split("-")[0])
+        if found is None:
+            raise VoiceError(
+                f"unknown language {language!r}; valid languages: auto, "
+                + ", ".join(f"{LANGUAGE_CODES.get(x, x)} ({x})" for x in self.languages)
+            )
+        return found
