@@ -76,3 +76,20 @@ def test_the_audio_of_an_in_context_clone_is_the_officials(
     assert shift in (0, 1)
     assert len(official) == len(ours) + shift
     assert np.abs(official[shift:] - ours).max() < 1e-4
+
+
+def test_a_saved_decoder_state_continues_exactly(decoder_gguf: dict[str, Path]) -> None:
+    """What a cloned voice's syntheses share: the decoder after the reference codes."""
+    name = CLONE_MODELS[0]
+    decoder = SpeechDecoder(str(decoder_gguf[name]), threads=2)
+    ref, new = ref_array(name, "ref_codes"), ref_array(name, "clone_icl_codes")
+    primed = decoder.stream()
+    primed.push(ref)
+    state = primed.save()
+    expected = primed.push(new)
+    again = decoder.stream()
+    again.restore(state)
+    assert again.frames_pushed == len(ref)
+    assert np.array_equal(again.push(new), expected)
+    with pytest.raises(InputError, match="not a saved state"):
+        again.restore(state[:-1])

@@ -379,13 +379,13 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
 
 
 def _prepare_voices(engine: Engine, data_dir: Path) -> None:
-    """The prompts of the library voices the model speaks, computed now where missing (a
-    voice that fails is reported and left out; the service skips it too)."""
+    """The prompts of the library voices the model speaks, computed now where missing, and
+    what their syntheses share readied (a voice that fails is reported and left out)."""
     library = VoiceLibrary(data_dir)
     for stored in library.scan()[0]:
         if speaks(engine, stored):
             try:
-                library.prompt(stored, engine)
+                engine.prepare_voice(library.prompt(stored, engine))
             except KazeiaError as err:
                 _LOGGER.warning("voice %r: %s", stored.name, err)
 

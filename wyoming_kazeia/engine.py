@@ -65,6 +65,8 @@ ONE_PASS_PUSH_FRAMES = 4
 # How long the decoder subprocess may take before it is killed: a base (process start, model
 # load) and a time per frame, both generous (a 2-core box decodes a frame in ~30 ms).
 SUBPROCESS_BASE_S = 30.0
+# In-context voices whose decoder state (after their reference codes) is kept in memory.
+PRIMED_VOICES = 8
 SUBPROCESS_PER_FRAME_S = 0.5
 
 
@@ -244,7 +246,7 @@ class _Pipeline:
         """A decoder stream, with the reference codes of an in-context clone behind it."""
         stream = self._engine.decoder.stream()
         if self._context is not None:
-            stream.push(self._context)  # its audio is the reference's: not played
+            self._engine.continue_after(stream, self._context)
         return stream
 
     def _decode_one_pass(self, codes: np.ndarray) -> np.ndarray | None:
@@ -404,6 +406,10 @@ class Engine:
         # The Base models' encoders, loaded when a voice is cloned (see clone_prompt).
         self._speaker_encoder: SpeakerEncoder | None = None
         self._speech_encoder: SpeechEncoder | None = None
+        # Decoder states after in-context voices' reference codes (continue_after), by the
+        # codes' hash, most recent last.
+        self._primed: dict[bytes, bytes] = {}
+        self._primed_lock = threading.Lock()
         # The kazeia-decoder command of the subprocess placement (a list, for tests to wrap),
         # and its deadline: a base and a time per frame.
         self.decoder_command = [str(tool_path("kazeia-decoder"))]
@@ -436,6 +442,8 @@ class Engine:
         if self._decoder is not None:
             self._decoder = self._load_decoder(self.settings.decoder_threads)
         self._speaker_encoder = self._speech_encoder = None
+        with self._primed_lock:
+            self._primed.clear()
         self._files = files
 
     def _load_generator(self, threads: int) -> Generator:
@@ -548,6 +556,33 @@ class Engine:
             ref_ids=tuple(self.tokenizer.reference_ids(ref_text)),
             ref_codes=codes,
         )
+
+    def continue_after(self, stream: Any, codes: np.ndarray) -> None:
+        """Brings a new decoder stream to where it has decoded `codes` (an in-context voice's
+        reference, whose audio is not played): the first time by decoding them, then by
+        restoring the state that left (a few MB per voice, kept for PRIMED_VOICES voices), so
+        that a cloned voice's first audio does not wait for its reference to be decoded."""
+        import hashlib
+
+        key = hashlib.sha256(np.ascontiguousarray(codes, dtype=np.int32).tobytes()).digest()
+        with self._primed_lock:
+            state = self._primed.pop(key, None)
+            if state is not None:
+                self._primed[key] = state
+        if state is not None:
+            stream.restore(state)
+            return
+        stream.push(codes)
+        with self._primed_lock:
+            self._primed[key] = stream.save()
+            while len(self._primed) > PRIMED_VOICES:
+                del self._primed[next(iter(self._primed))]
+
+    def prepare_voice(self, voice: VoicePrompt) -> None:
+        """Readies what a voice's syntheses share (an in-context voice's decoder state), so
+        that its first request is as fast as the next ones."""
+        if voice.ref_codes is not None and not self.settings.decoder_subprocess:
+            self.continue_after(self.decoder.stream(), voice.ref_codes)
 
     def instruction_prompt(self, instruction: str, speaker: str = "") -> VoicePrompt:
         """A CustomVoice 1.7B speaker speaking in the style `instruction`, or (VoiceDesign,

@@ -183,6 +183,20 @@ void def_engine(py::module_ &m) {
             },
             py::arg("codes"))
         .def("reset", &DecoderStream::reset, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "save",
+            [](const DecoderStream &s) {
+                std::vector<uint8_t> state = s.save();
+                return py::bytes(reinterpret_cast<const char *>(state.data()), state.size());
+            },
+            "The stream's whole state (bytes): restore() continues exactly from here.")
+        .def(
+            "restore",
+            [](DecoderStream &s, const py::bytes &state) {
+                const std::string raw = state;
+                s.restore(std::vector<uint8_t>(raw.begin(), raw.end()));
+            },
+            py::arg("state"), "Continue from a state saved from a stream of this decoder.")
         .def_property_readonly("frames_pushed", &DecoderStream::frames_pushed);
 
     py::class_<SpeechDecoder>(m, "SpeechDecoder")

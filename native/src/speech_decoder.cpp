@@ -578,6 +578,28 @@ void DecoderStream::reset() {
     state_->reset();
 }
 
+std::vector<uint8_t> DecoderStream::save() const {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    const size_t size = ggml_backend_buffer_get_size(state_->state_buf.get());
+    std::vector<uint8_t> out(sizeof(int64_t) + size);
+    std::memcpy(out.data(), &state_->n_past, sizeof(int64_t));
+    std::memcpy(out.data() + sizeof(int64_t), ggml_backend_buffer_get_base(state_->state_buf.get()), size);
+    return out;
+}
+
+void DecoderStream::restore(const std::vector<uint8_t> &saved) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    const size_t size = ggml_backend_buffer_get_size(state_->state_buf.get());
+    int64_t n_past = -1;
+    if (saved.size() == sizeof(int64_t) + size) std::memcpy(&n_past, saved.data(), sizeof(int64_t));
+    if (n_past < 0)
+        throw InputError("not a saved state of a stream of this decoder (" +
+                         std::to_string(saved.size()) + " bytes, expected " +
+                         std::to_string(sizeof(int64_t) + size) + ")");
+    std::memcpy(ggml_backend_buffer_get_base(state_->state_buf.get()), saved.data() + sizeof(int64_t), size);
+    state_->n_past = n_past;
+}
+
 int64_t DecoderStream::frames_pushed() const { return state_->n_past; }
 
 const DecoderHParams &DecoderStream::hparams() const { return state_->m.hp; }

@@ -52,6 +52,12 @@ class DecoderStream {
     std::vector<float> push(const int32_t *codes, int64_t n_frames);
     // Back to position 0 with empty history.
     void reset();
+    // The stream's whole state (every layer's left context and the position): a stream that
+    // restores it continues exactly from that point, e.g. after a cloned voice's reference
+    // codes, which then need not be decoded again.
+    std::vector<uint8_t> save() const;
+    // A state saved from a stream of the same decoder (InputError otherwise).
+    void restore(const std::vector<uint8_t> &state);
     int64_t frames_pushed() const;
     const DecoderHParams &hparams() const;
 
