@@ -55,6 +55,13 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--speaker", default="vivian")
     p.add_argument("--language", default="english")
     p.add_argument("--out", type=Path, required=True, help="npy file: the last run's audio")
+    p.add_argument(
+        "--clone",
+        choices=("xvec", "icl"),
+        help="speak with a voice cloned from a --ref-seconds recording (model_dir: a Base model)",
+    )
+    p.add_argument("--ref-seconds", type=float, default=6.0)
+    p.add_argument("--also-load", type=Path, help="another model folder loaded beside (its RSS)")
     args = parser.parse_args(argv)
     setup_logging()
     result = CHILDREN[args.child](args)

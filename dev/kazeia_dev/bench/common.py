@@ -125,35 +125,57 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def ensure_checkpoint(cache_dir: Path, size: str, seed: int = 0) -> Path:
-    """The random checkpoint ``cache_dir / f"ck-{size}"`` (written once by
-    ``kazeia_dev.random_checkpoint``, then reused)."""
+def _variant_suffix(variant: str) -> str:
+    return "" if variant == "custom_voice" else f"-{variant}"
+
+
+def ensure_checkpoint(
+    cache_dir: Path, size: str, seed: int = 0, variant: str = "custom_voice"
+) -> Path:
+    """The random checkpoint ``cache_dir / f"ck-{size}"`` (``ck-{size}-{variant}`` for a Base
+    or VoiceDesign one; written once by ``kazeia_dev.random_checkpoint``, then reused)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = cache_dir / f"ck-{size}"
+    ckpt = cache_dir / f"ck-{size}{_variant_suffix(variant)}"
     if not (ckpt / "speech_tokenizer" / "config.json").is_file():
         _build_dir(
             ckpt,
-            lambda out: ["-m", RANDOM_CHECKPOINT, str(out), "--size", size, "--seed", str(seed)],
-            f"random {size} checkpoint (seed {seed})",
+            lambda out: [
+                "-m",
+                RANDOM_CHECKPOINT,
+                str(out),
+                "--size",
+                size,
+                "--seed",
+                str(seed),
+                "--variant",
+                variant,
+            ],  # fmt: skip
+            f"random {size} {variant} checkpoint (seed {seed})",
         )
     else:
         logger.info("reusing %s", ckpt)
     return ckpt
 
 
-def ensure_model(cache_dir: Path, size: str, out_type: str = "f32", seed: int = 0) -> Path:
+def ensure_model(
+    cache_dir: Path, size: str, out_type: str = "f32", seed: int = 0, variant: str = "custom_voice"
+) -> Path:
     """A converted random checkpoint in ``cache_dir`` (created once, then reused).
 
     ``ck-SIZE`` is written by ``kazeia_dev.random_checkpoint`` and ``m-SIZE`` (f32) or
     ``m-SIZE-TYPE`` by ``wyoming_kazeia.convert``; both are built under a ``.tmp`` name and
     renamed when complete, so an interrupted run never leaves a half-written folder in use.
-    Returns the converted folder; the checkpoint is ``cache_dir / f"ck-{size}"``.
+    Returns the converted folder; the checkpoint is ``cache_dir / f"ck-{size}"``. A Base or
+    VoiceDesign variant's folders carry its name (``ck-SIZE-base``, ``m-SIZE-base-TYPE``).
     """
-    model = cache_dir / (f"m-{size}" if out_type == "f32" else f"m-{size}-{out_type}")
+    name = f"m-{size}{_variant_suffix(variant)}"
+    model = cache_dir / (name if out_type == "f32" else f"{name}-{out_type}")
+    if not all(_current(model / f"{p}.gguf", p) for p in ("talker", "decoder")):
+        shutil.rmtree(model, ignore_errors=True)  # written by an older build: made again
     if (model / "decoder.gguf").is_file():
         logger.info("reusing %s", model)
         return model
-    ckpt = ensure_checkpoint(cache_dir, size, seed)
+    ckpt = ensure_checkpoint(cache_dir, size, seed, variant)
     _build_dir(
         model,
         lambda out: ["-m", "wyoming_kazeia.convert", str(ckpt), str(out), "--type", out_type],
@@ -183,6 +205,24 @@ def ensure_decoder(cache_dir: Path, size: str, out_type: str, seed: int = 0) -> 
     return _ensure_part(cache_dir, "decoder", f"d-{size}-{out_type}", size, out_type, seed)
 
 
+def _current(path: Path, part: str) -> bool:
+    """False when `path` is a GGUF of `part` in another format version than this build reads
+    (a cache from an older build); True when it is current or absent."""
+    if not path.is_file():
+        return True
+    from wyoming_kazeia.convert import PARTS
+
+    info = next(p for p in PARTS if p["name"] == part)
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    field = reader.fields.get(info["format_version_key"])
+    current = field is not None and int(field.contents()) == int(info["format_version"])
+    if not current:
+        logger.info("%s is of another format version: converting again", path)
+    return current
+
+
 def _ensure_part(
     cache_dir: Path, part: str, name: str, size: str, out_type: str, seed: int
 ) -> Path:
@@ -190,6 +230,8 @@ def _ensure_part(
     under a ``.tmp`` name and renamed when complete, then reused. Returns the part's GGUF."""
     folder = cache_dir / name
     gguf = folder / f"{part}.gguf"
+    if not _current(gguf, part):
+        shutil.rmtree(folder, ignore_errors=True)  # written by an older build: made again
     if gguf.is_file():
         logger.info("reusing %s", gguf)
         return gguf

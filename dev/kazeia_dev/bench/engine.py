@@ -30,6 +30,7 @@ from .common import (
     default_cache_dir,
     ensure_checkpoint,
     ensure_decoder,
+    ensure_model,
     ensure_talker,
     fmt,
     frame_seconds,
@@ -55,6 +56,9 @@ ENGINE_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "
 ENGINE_FILES = ("talker.gguf", "decoder.gguf", *ENGINE_TOKENIZER_FILES)
 ENGINE_TALKER_TYPE = "q8_0"
 ENGINE_CHUNKS = "1,4,8"
+# The cloned-voice rows: streaming chunk, the reference recording's transcript.
+VOICE_CHUNK = 4
+REF_TEXT = "Good morning, my dear. Did you sleep well last night?"
 
 
 # One competing-load process: `python -c PROGRAM DEADLINE_S`. The deadline bounds it even if the
@@ -149,6 +153,19 @@ def add_parser(subparsers: Any) -> None:
         help="spin: a pure Python busy loop; matmul: a one-thread numpy 512x512 matmul loop "
         "(default spin)",
     )
+    p.add_argument(
+        "--voices",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the cloned-voice rows on a random 0.6b Base model (x-vector, in context, "
+        "and in context with the CustomVoice model loaded beside; default on)",
+    )
+    p.add_argument(
+        "--ref-seconds",
+        type=float,
+        default=6.0,
+        help="length of the cloned voice's reference recording (default 6)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=bench_engine)
 
@@ -161,15 +178,13 @@ def ensure_engine_dir(cache_dir: Path, size: str = "0.6b", talker_type: str = "q
     resolves and points at those files."""
     folder = cache_dir / f"e-{size}-{talker_type}"
     decoder = ensure_decoder(cache_dir, size, talker_type)
+    talker = ensure_talker(cache_dir, size, talker_type)  # (made again when outdated)
     if (folder / "decoder.gguf").resolve() != decoder.resolve():
         shutil.rmtree(folder, ignore_errors=True)  # built by an older bench: another decoder
     if all((folder / name).is_file() for name in ENGINE_FILES):
         logger.info("reusing %s", folder)
         return folder
-    sources = {
-        "talker.gguf": ensure_talker(cache_dir, size, talker_type),
-        "decoder.gguf": decoder,
-    }
+    sources = {"talker.gguf": talker, "decoder.gguf": decoder}
     ckpt = ensure_checkpoint(cache_dir, size)
     sources.update({name: ckpt / name for name in ENGINE_TOKENIZER_FILES})
     missing = [str(src) for src in sources.values() if not src.is_file()]
@@ -243,7 +258,13 @@ def competing_load(n: int, kind: str, bound_s: float) -> Iterator[dict[str, Any]
 
 
 def engine_row_cmd(
-    args: argparse.Namespace, model_dir: Path, chunk: int, subproc: bool, repeats: int, out: Path
+    args: argparse.Namespace,
+    model_dir: Path,
+    chunk: int,
+    subproc: bool,
+    repeats: int,
+    out: Path,
+    clone: tuple[str, Path | None] | None = None,
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -274,6 +295,10 @@ def engine_row_cmd(
     ]
     if subproc:
         cmd.append("--subprocess")
+    if clone is not None:
+        cmd += ["--clone", clone[0], "--ref-seconds", str(args.ref_seconds)]
+        if clone[1] is not None:
+            cmd += ["--also-load", str(clone[1])]
     return cmd
 
 
@@ -282,6 +307,12 @@ def _label(name: str) -> str:
         return "one-shot (chunk 0)"
     if name == "subprocess":
         return "subprocess decoder"
+    if name == "clone_xvec":
+        return f"cloned voice, x-vector (k={VOICE_CHUNK})"
+    if name == "clone_icl":
+        return f"cloned voice, in context (k={VOICE_CHUNK})"
+    if name == "clone_icl_both":
+        return "cloned voice, in context, CustomVoice loaded too"
     return f"stream k={name.removeprefix('stream_k')}"
 
 
@@ -318,6 +349,16 @@ def bench_engine(args: argparse.Namespace) -> int:
         + [(f"stream_k{k}", k, False) for k in chunks]
         + [("subprocess", 0, True)]
     )
+    # Cloned voices: the Base model's own rows (its audio is another voice's: not compared).
+    clones: dict[str, tuple[str, Path | None]] = {}
+    base_dir = None
+    if args.voices:
+        base_dir = ensure_model(cache_dir, "0.6b", ENGINE_TALKER_TYPE, variant="base")
+        clones = {
+            "clone_xvec": ("xvec", None),
+            "clone_icl": ("icl", None),
+            "clone_icl_both": ("icl", model_dir),
+        }
     rows: dict[str, dict[str, Any]] = {}
     loaded: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="kazeia-bench-") as tmp_name:
@@ -337,6 +378,22 @@ def bench_engine(args: argparse.Namespace) -> int:
                 row["total_s"],
                 row["rtf"],
                 1e3 * row["ttfa_s"],
+            )
+        voice_rows: dict[str, dict[str, Any]] = {}
+        for name, clone in clones.items():
+            assert base_dir is not None
+            out = tmp / f"{name}.npy"
+            cmd = engine_row_cmd(args, base_dir, VOICE_CHUNK, False, args.repeats, out, clone)
+            row = run_json_child(cmd, f"engine {_label(name)}", env)
+            row["audio_samples"] = int(np.load(out).size)
+            voice_rows[name] = row
+            logger.info(
+                "%s: prompt %.2f s, RTF %.2f, first audio %.0f ms, peak RSS %.0f MB",
+                _label(name),
+                row["prompt_s"],
+                row["rtf"],
+                1e3 * row["ttfa_s"],
+                row["peak_rss_mb"],
             )
         if args.load:
             for name, chunk, subproc in configs:
@@ -397,7 +454,16 @@ def bench_engine(args: argparse.Namespace) -> int:
         "slowdown_ok": {
             n: "failed" not in r and r["slowdown"] <= T["load_slowdown"] for n, r in loaded.items()
         },
+        "clone_ttfa_ms_max": T["clone_ttfa_ms"],
+        "clone_ttfa_ok": {
+            n: 1e3 * r["ttfa_s"] <= T["clone_ttfa_ms"] for n, r in voice_rows.items()
+        },
     }
+    builtin = rows.get(f"stream_k{VOICE_CHUNK}")
+    for row in voice_rows.values():
+        if builtin is not None:
+            row["ttfa_vs_builtin"] = row["ttfa_s"] / builtin["ttfa_s"]
+            row["rtf_vs_builtin"] = row["rtf"] / builtin["rtf"]
     result = {
         "bench": "engine",
         "machine": machine,
@@ -423,6 +489,8 @@ def bench_engine(args: argparse.Namespace) -> int:
             "load_kind": args.load_kind,
         },
         "rows": rows,
+        "voice_rows": voice_rows,
+        "base_model_dir": None if base_dir is None else str(base_dir),
         "loaded_rows": loaded,
         "targets": targets,
         "peers_measured_elsewhere": list(PEERS),
@@ -486,6 +554,27 @@ def engine_table(result: dict[str, Any]) -> str:
         target.append(f"RTF <= {T['rtf']}: {ok(tg['rtf_ok'][name])}")
         target.append(f"RSS <= {T['peak_rss_mb']:.0f}: {ok(tg['rss_ok'][name])}")
         lines.append(f"| {label(name, row)} {cells(row)}| {'; '.join(target)} |")
+
+    voice_rows = result.get("voice_rows") or {}
+    if voice_rows:
+        lines += [
+            "",
+            f"Cloned voices on {result['base_model_dir']} (the same threads, frames and text; "
+            f"a {voice_rows[next(iter(voice_rows))]['ref_seconds']:.0f} s reference recording; "
+            "its prompt made once, then the warm-up and the timed runs):",
+            "",
+            "| row | prompt s | TTFA ms (cold) | vs built-in k=4 | RTF | vs built-in | peak RSS MB "
+            "| target |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for name, row in voice_rows.items():
+            lines.append(
+                f"| {_label(name)} | {row['prompt_s']:.2f} | {1e3 * row['ttfa_s']:.0f} "
+                f"({1e3 * row['cold_ttfa_s']:.0f}) | {fmt(row.get('ttfa_vs_builtin'), '.2f', 'x')} "
+                f"| {row['rtf']:.2f} | {fmt(row.get('rtf_vs_builtin'), '.2f', 'x')} "
+                f"| {row['peak_rss_mb']:.0f} | TTFA <= {T['clone_ttfa_ms']:.0f}: "
+                f"{ok(tg['clone_ttfa_ok'][name])} |"
+            )
 
     if c["load"]:
         lines += [
@@ -570,10 +659,15 @@ PEAK_RSS_WRAPPER = (
 )
 
 
-def _synthesis_run(engine: Any, args: argparse.Namespace) -> tuple[dict[str, float], np.ndarray]:
+def _synthesis_run(
+    engine: Any, args: argparse.Namespace, voice: Any = None
+) -> tuple[dict[str, float], np.ndarray]:
     """One synthesis, consumed as a caller would; returns (metrics, int16 audio)."""
     t0 = time.perf_counter()
-    s = engine.synthesize(args.text, speaker=args.speaker, language=args.language)
+    if voice is None:
+        s = engine.synthesize(args.text, speaker=args.speaker, language=args.language)
+    else:
+        s = engine.synthesize(args.text, language=args.language, voice=voice)
     chunks: list[np.ndarray] = []
     t_first = None
     for chunk in s:
@@ -603,9 +697,22 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
     )
     rss_start = status_mb("VmRSS")
     start = time.perf_counter()
+    beside = Engine(args.also_load, settings) if args.also_load else None
     engine = Engine(args.model_dir, settings)
     load_s = time.perf_counter() - start
     rss_load = status_mb("VmRSS")
+    voice, prompt_s = None, 0.0
+    if args.clone:
+        from ..reference.make_reference import reference_audio
+
+        recording = reference_audio(args.ref_seconds, 24000, 7)
+        start = time.perf_counter()
+        voice = engine.clone_prompt(recording, 24000, REF_TEXT if args.clone == "icl" else None)
+        engine.prepare_voice(voice)
+        prompt_s = time.perf_counter() - start
+        logger.info("voice prompt: %.2f s", prompt_s)
+    if beside is not None:  # its warm-up: its pages resident, as in a server
+        _synthesis_run(beside, args)
 
     # The warm-up runs the kazeia-decoder subprocess under PEAK_RSS_WRAPPER (its peak RSS; not
     # RUSAGE_CHILDREN of this process: Linux counts a forked child's pre-exec copy of the parent
@@ -622,7 +729,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
                 str(peak_file),
                 *command,
             ]
-        cold, _ = _synthesis_run(engine, args)
+        cold, _ = _synthesis_run(engine, args, voice)
         engine.decoder_command = command
         if peak_file.is_file():
             decoder_peak_mb = max(int(x) for x in peak_file.read_text().split()) / 1024.0
@@ -630,7 +737,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, float]] = []
     audios: list[np.ndarray] = []
     for i in range(args.repeats):
-        metrics, audio = _synthesis_run(engine, args)
+        metrics, audio = _synthesis_run(engine, args, voice)
         runs.append(metrics)
         audios.append(audio)
         logger.info(
@@ -674,5 +781,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         peak_rss_mb=peak,
         decoder_subprocess_peak_rss_mb=child_peak,
         engine_peak_rss_mb=peak + child_peak,
+        prompt_s=prompt_s,
+        ref_seconds=args.ref_seconds if args.clone else 0.0,
     )
     return result
