@@ -314,3 +314,36 @@ def test_a_voice_added_while_the_server_runs_is_served_and_its_prompt_kept(
     assert proc.returncode == 0, second
     assert "prompt computed" not in second and "warm-up synthesis:" in second
     assert prompt.stat().st_mtime_ns == mtime
+
+
+def test_one_server_speaks_the_built_in_speakers_and_cloned_voices(
+    tmp_path: Path, tiny_model: Path, models: dict[str, Path], recordings: dict[str, Path]
+) -> None:
+    """A CustomVoice main model and a Base voice model: the clone's model is loaded on the
+    first request for it, and says so."""
+    data = tmp_path / "data"
+    added = run(
+        "voices", "--data-dir", str(data), "add", "grandma", "--audio",
+        str(recordings["ref.wav"]), "--text", TEXTS["ref_text"],
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    uri_args = free_uri()
+    uri = uri_args[1]
+    cmd = [
+        sys.executable, "-m", "wyoming_kazeia", "--model", str(tiny_model),
+        "--voice-model", str(models[BASE]), "--data-dir", str(data), *uri_args,
+        "--max-frames", "6", "--seed", "1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until_ready(proc, uri)
+        voices = describe_voices(uri)
+        assert "vivian" in voices and "grandma" in voices and "grandma-en" in voices
+        for voice in ("vivian", "grandma", "vivian-fr", "grandma-fr"):
+            samples, types = asyncio.run(speak(uri, "Hello.", voice))
+            assert types[-1] == "audio-stop" and samples == 6 * 1920, (voice, types)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert stderr.count("loading the voice model") == 1, stderr

@@ -34,7 +34,7 @@ from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import KERNEL_ISA, ggml_cpu_features, ggml_cpu_variant
 from .server import serve
-from .service import TtsService, speaks
+from .service import ModelVoices, TtsService, VoiceModel
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
 from .voices import DEFAULT_SPEAKER, Choice, VoiceCatalog
 from .voices.library import VoiceLibrary
@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         "KZTTS_MODEL",
         "converted model dir, Hugging Face checkpoint dir or repo id",
         DEFAULT_MODEL,
+    )
+    add(
+        "--voice-model",
+        "KZTTS_VOICE_MODEL",
+        "a second model for the library voices the main model does not speak, e.g. "
+        "Qwen/Qwen3-TTS-12Hz-0.6B-Base for cloned voices beside the CustomVoice speakers "
+        "(resolved at start, loaded on the first request for one of its voices)",
     )
     add(
         "--voice",
@@ -330,6 +337,16 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
     model_dir = await _in_thread(
         lambda: resolve_model(args.model, settings.quant, args.data_dir, service.set_loading)
     )
+    if args.voice_model:
+        service.set_loading(f"resolving {args.voice_model}")
+        voice_dir = await _in_thread(
+            lambda: resolve_model(
+                args.voice_model, settings.quant, args.data_dir, service.set_loading
+            )
+        )
+        service.voice_model = VoiceModel(
+            str(voice_dir), ModelVoices.of_folder(voice_dir), lambda: Engine(voice_dir, settings)
+        )
     service.set_loading(f"loading {model_dir}")
     _LOGGER.info("loading %s", model_dir)
     engine = await _in_thread(lambda: Engine(model_dir, settings))
@@ -383,7 +400,7 @@ def _prepare_voices(engine: Engine, data_dir: Path) -> None:
     what their syntheses share readied (a voice that fails is reported and left out)."""
     library = VoiceLibrary(data_dir)
     for stored in library.scan()[0]:
-        if speaks(engine, stored):
+        if ModelVoices.of_engine(engine).speaks(stored):
             try:
                 engine.prepare_voice(library.prompt(stored, engine))
             except KazeiaError as err:
@@ -393,7 +410,7 @@ def _prepare_voices(engine: Engine, data_dir: Path) -> None:
 def _warm_up_voice(engine: Engine, args: argparse.Namespace) -> tuple[Choice, VoicePrompt | None]:
     """The default voice, for the warm-up synthesis."""
     library = VoiceLibrary(args.data_dir)
-    stored = [v for v in library.scan()[0] if speaks(engine, v)]
+    stored = [v for v in library.scan()[0] if ModelVoices.of_engine(engine).speaks(v)]
     choice = VoiceCatalog(engine.speakers, engine.languages, stored).choose(args.voice)
     if choice.stored is None:
         return choice, None

@@ -36,15 +36,25 @@ refused with `NotReadyError`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .engine import Engine, Synthesis, SynthesisMetrics, VoicePrompt
-from .errors import NotReadyError, ServiceBusyError, SlowClientError, VoiceError
+from .errors import (
+    KazeiaError,
+    ModelNotFoundError,
+    NotReadyError,
+    ServiceBusyError,
+    SlowClientError,
+    VoiceError,
+)
 from .settings import EngineSettings
 from .voices import Choice, VoiceCatalog
 from .voices.library import StoredVoice, VoiceLibrary
@@ -170,14 +180,52 @@ class AudioStream:
         self._job.cancel()
 
 
-def speaks(engine: Engine, voice: StoredVoice) -> bool:
-    """Whether the engine's model speaks a library voice: clones need a Base model, described
-    voices a VoiceDesign model, instructed ones a CustomVoice 1.7B model with that speaker."""
-    if voice.model_kind != engine.kind:
-        return False
-    return voice.kind != "instruct" or (
-        engine.follows_instructions and (voice.speaker or "") in engine.speakers
-    )
+@dataclass(frozen=True)
+class ModelVoices:
+    """Which library voices a model speaks: clones need a Base model, described voices a
+    VoiceDesign model, instructed ones a CustomVoice 1.7B model with that speaker."""
+
+    kind: str
+    speakers: tuple[str, ...]
+    follows_instructions: bool
+
+    @classmethod
+    def of_engine(cls, engine: Engine) -> ModelVoices:
+        return cls(engine.kind, tuple(engine.speakers), engine.follows_instructions)
+
+    @classmethod
+    def of_folder(cls, model_dir: Path) -> ModelVoices:
+        """From a converted model's config.json (copied by the converter): for a model that is
+        not loaded yet."""
+        try:
+            config = json.loads((model_dir / "config.json").read_text())
+            kind, size = str(config["tts_model_type"]), str(config.get("tts_model_size", ""))
+            speakers = tuple(str(s).lower() for s in config["talker_config"]["spk_id"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ModelNotFoundError(
+                f"{model_dir}/config.json: cannot tell its kind ({err})"
+            ) from err
+        follows = kind == "voice_design" or (kind == "custom_voice" and size != "0b6")
+        return cls(kind, speakers, follows)
+
+    def speaks(self, voice: StoredVoice) -> bool:
+        if voice.model_kind != self.kind:
+            return False
+        return voice.kind != "instruct" or (
+            self.follows_instructions and (voice.speaker or "") in self.speakers
+        )
+
+
+@dataclass
+class VoiceModel:
+    """A second model, for the library voices the main model does not speak (e.g. a Base model
+    for cloned voices beside the CustomVoice speakers): loaded on the first request for one of
+    its voices, then kept."""
+
+    name: str  # for the log
+    voices: ModelVoices
+    load: Callable[[], Engine]
+    engine: Engine | None = None
 
 
 class TtsService:
@@ -189,6 +237,7 @@ class TtsService:
         model_name: str = "",
         max_unsent_bytes: int = 8 << 20,
         library: VoiceLibrary | None = None,
+        voice_model: VoiceModel | None = None,
     ) -> None:
         self.max_queue = max_queue
         self.max_unsent_bytes = max_unsent_bytes
@@ -200,6 +249,7 @@ class TtsService:
         self.voices = VoiceCatalog([], [])
         self._default_voice = ""
         self._library = library
+        self.voice_model = voice_model
         self._library_state: tuple[tuple[str, int], ...] | None = None
         self._stored: dict[str, StoredVoice] = {}  # the library voices the model speaks
         # name -> (voice, the generator it was made for, prompt); the engine thread's only
@@ -236,7 +286,8 @@ class TtsService:
         self._notify()
 
     def _catalog(self, engine: Engine) -> VoiceCatalog:
-        """The engine's voices: its speakers and the library voices it speaks."""
+        """The engine's voices: its speakers and the library voices it speaks, or the voice
+        model speaks."""
         stored: list[StoredVoice] = []
         if self._library is not None:
             self._library_state = self._library.signature()
@@ -245,7 +296,10 @@ class TtsService:
                 if problem not in self._reported:
                     self._reported.add(problem)
                     _LOGGER.warning("%s: skipped", problem)
-            stored = [v for v in found if speaks(engine, v)]
+            models = [ModelVoices.of_engine(engine)]
+            if self.voice_model is not None:
+                models.append(self.voice_model.voices)
+            stored = [v for v in found if any(m.speaks(v) for m in models)]
         self._stored = {v.name: v for v in stored}
         return VoiceCatalog(engine.speakers, engine.languages, stored)
 
@@ -418,12 +472,13 @@ class TtsService:
         try:
             if job.cancelled.is_set():  # the client left while it waited
                 return
-            self.engine.refresh()  # model files changed on disk: loaded again first
-            if self._settings is not self.engine.settings:
-                self.engine.apply_settings(self._settings)
-            voice = self._prompt(choice.stored) if choice.stored else None
+            engine = self._engine_for(choice.stored)
+            engine.refresh()  # model files changed on disk: loaded again first
+            if self._settings is not engine.settings:
+                engine.apply_settings(self._settings)
+            voice = self._prompt(choice.stored, engine) if choice.stored else None
             with job.lock:
-                job.synthesis = self.engine.synthesize(
+                job.synthesis = engine.synthesize(
                     text, choice.speaker or None, choice.language, voice=voice
                 )
             synthesis = job.synthesis
@@ -442,14 +497,35 @@ class TtsService:
             job.put(_END)
             job.call(self._ended, own)
 
-    def _prompt(self, name: str) -> VoicePrompt:
-        """Engine thread: the prompt of library voice `name` for the engine's model."""
+    def _engine_for(self, stored: str | None) -> Engine:
+        """Engine thread: the engine that speaks a voice (the voice model is loaded on the
+        first request for one of its voices)."""
+        voice = self._stored.get(stored) if stored else None
+        vm = self.voice_model
+        if voice is None or vm is None or ModelVoices.of_engine(self.engine).speaks(voice):
+            return self.engine
+        if vm.engine is None:
+            _LOGGER.info("voice %r: loading the voice model %s (first use)", voice.name, vm.name)
+            vm.engine = vm.load()
+            for other in self._stored.values():  # its voices' shared state, once
+                if vm.voices.speaks(other):
+                    with contextlib.suppress(KazeiaError):
+                        vm.engine.prepare_voice(self._library_prompt(other, vm.engine))
+        return vm.engine
+
+    def _library_prompt(self, voice: StoredVoice, engine: Engine) -> VoicePrompt:
+        if self._library is None:
+            raise VoiceError(f"voice {voice.name!r}: no voice library")
+        return self._library.prompt(voice, engine)
+
+    def _prompt(self, name: str, engine: Engine) -> VoicePrompt:
+        """Engine thread: the prompt of library voice `name` for `engine`'s model."""
         voice = self._stored.get(name)
-        if voice is None or self._library is None:
+        if voice is None:
             raise VoiceError(f"voice {name!r} was removed")
         known = self._prompts.get(name)
-        if known is None or known[0] != voice or known[1] is not self.engine.generator:
-            known = (voice, self.engine.generator, self._library.prompt(voice, self.engine))
+        if known is None or known[0] != voice or known[1] is not engine.generator:
+            known = (voice, engine.generator, self._library_prompt(voice, engine))
             self._prompts[name] = known
         return known[2]
 
