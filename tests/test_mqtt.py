@@ -24,6 +24,7 @@ from typing import Any
 
 import aiomqtt
 import pytest
+from conftest import REFERENCE, ref_array
 from kazeia_dev.random_checkpoint import main as random_checkpoint
 
 from wyoming_kazeia.convert import convert
@@ -31,6 +32,8 @@ from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from wyoming_kazeia.service import TtsService
 from wyoming_kazeia.settings import EngineSettings, SettingsError
+from wyoming_kazeia.voices import recording
+from wyoming_kazeia.voices.library import VoiceLibrary
 
 MOSQUITTO = Path("/usr/sbin/mosquitto")
 TEXT = "Hello there, this is a small test of the bridge."
@@ -257,6 +260,41 @@ def test_discovery_and_retained_states(service: TtsService, broker: Broker) -> N
         assert late.last(f"{NODE}/temperature/state") == "0.9"  # the model's own when unset
 
     run(scenario())
+
+
+def test_a_voice_added_to_the_library_becomes_a_voice_option(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The default-voice select's options follow the voices, without a restart."""
+    base = tmp_path / "base"
+    convert(REFERENCE / "tiny-base-0.6b" / "model", base, "f32")
+    library = VoiceLibrary(tmp_path / "data")
+    clip = recording.check(ref_array("tiny-base-0.6b", "ref_audio"), 24000, "test clip")
+    library.add_clone("grandma", clip)
+    service = TtsService(Engine(base, SETTINGS), library=library)
+    topic = f"homeassistant/select/{NODE}/default_voice/config"
+
+    def options(watcher: Watcher) -> list[str]:
+        payload = watcher.last(topic)
+        return json.loads(payload)["options"] if payload else []
+
+    async def scenario() -> None:
+        async with bridging(service, broker), watching(broker) as live:
+            await until(lambda: "grandma" in options(live))
+            assert "mom" not in options(live)
+            assert state(live, "default_voice") in (None, "grandma")
+            library.add_clone("mom", clip)
+            assert service.refresh_voices()  # what the server's watch does every few seconds
+            await until(lambda: "mom" in options(live))
+            library.remove("grandma")
+            service.refresh_voices()
+            await until(lambda: "grandma" not in options(live))
+            await until(lambda: state(live, "default_voice") == "mom")
+
+    try:
+        run(scenario())
+    finally:
+        service.shutdown()
 
 
 LAST_WILL_BRIDGE = """
