@@ -79,6 +79,29 @@ def test_a_cloned_voice_generates_the_official_codes(
     assert_trace_matches(t, name, mode)
 
 
+def test_a_cloned_voice_reuses_its_prompt_exactly(base: tuple[str, Generator]) -> None:
+    """The voice's rows (its transcript's included) are computed once, then reused: later
+    syntheses give the same codes, also with another text after the same voice."""
+    name, gen = base
+    voice = clone_voice(name, True, "")
+    ids = ref_array(name, "input_ids")
+    for non_streaming in (False, True):
+        mode = "clone_icl_nonstream" if non_streaming else "clone_icl"
+        for _ in range(2):
+            t = gen.trace(ids, voice=voice, language="english", non_streaming=non_streaming,
+                          max_frames=FRAMES)  # fmt: skip
+            assert np.array_equal(t["codes"], ref_array(name, f"{mode}_codes"))
+    # A transcript longer than the reference's frames: every prompt row but the last is the
+    # voice's.
+    long_text = np.concatenate(
+        [ref_array(name, "ref_ids")[:3], np.full(40, 1879), ref_array(name, "ref_ids")[-2:]]
+    )
+    wordy = Voice(speaker_embedding=ref_array(name, "ref_xvector"), ref_ids=long_text,
+                  ref_codes=ref_array(name, "ref_codes")[:4])  # fmt: skip
+    first = gen.generate(ids, voice=wordy, greedy=True, max_frames=5)
+    assert np.array_equal(gen.generate(ids, voice=wordy, greedy=True, max_frames=5), first)
+
+
 def test_the_public_api_clones_greedily_like_the_official(base: tuple[str, Generator]) -> None:
     name, gen = base
     voice = clone_voice(name, True, "")

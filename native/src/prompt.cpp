@@ -253,6 +253,15 @@ Prompt build_prompt(const TalkerModel &m, const std::vector<int32_t> &ids,
         for (int64_t j = 0; j < n_r; ++j) push_reference(j, j < n_t ? t_rows[j] : row(i_pad));
         for (int64_t i = n_r; i < n_t; ++i) trail(t_rows[i]);
     }
+    // The rows of the reference transcript come before the text in both modes (with the
+    // reference frames beside them when streaming): they belong to the voice, and their K/V
+    // are computed once too. The key then holds the mode, the transcript and the codes.
+    // (At least the last row is prefilled per synthesis: its logits start the generation.)
+    const int64_t n_ref_text = std::min<int64_t>(ref_end - ref_begin, o.non_streaming ? n_t : n_r);
+    p.voice_rows = std::min(p.voice_rows + n_ref_text, p.rows() - 1);
+    p.voice_key.push_back(o.non_streaming ? 1 : 0);
+    p.voice_key.insert(p.voice_key.end(), v.ref_ids.begin(), v.ref_ids.end());
+    for (const Frame &f : v.ref_codes) p.voice_key.insert(p.voice_key.end(), f.begin(), f.end());
     return p;
 }
 
