@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from . import __version__, cpu_floor  # noqa: F401 - cpu_floor first: it checks the CPU
 from .engine import Engine, VoicePrompt
 from .errors import KazeiaError, SettingsError
-from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model, summarize
+from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import KERNEL_ISA, ggml_cpu_features, ggml_cpu_variant
 from .server import serve
@@ -58,12 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     server = parser.add_argument_group("server")
     add = partial(add_env_argument, server)
     add("--uri", "KZTTS_URI", "tcp://HOST:PORT, unix://PATH or stdio://", "tcp://0.0.0.0:10200")
-    add(
-        "--data-dir",
-        "KZTTS_DATA_DIR",
-        "downloaded and converted models",
-        str(DEFAULT_DATA_DIR),
-        type=Path,
+    add_data_dir_argument(
+        server, "downloaded and converted models, and the voice library (voices/)"
     )
     add(
         "--model",

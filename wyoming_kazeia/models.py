@@ -19,6 +19,7 @@ Long steps report their progress through a callback (the server shows it in `des
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import logging
@@ -35,6 +36,7 @@ from typing import Any
 from . import __version__
 from .convert import PARTS, convert
 from .errors import ConversionError, ModelNotFoundError
+from .settings import add_env_argument
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -54,6 +56,11 @@ SOURCE_FILE = "source.json"  # in a converted folder: where it came from
 FORMATS = {str(part["name"]): int(part["format_version"]) for part in PARTS}
 
 Progress = Callable[[str], None]
+
+
+def add_data_dir_argument(parser: argparse._ActionsContainer, what: str) -> None:
+    """--data-dir (KZTTS_DATA_DIR), as every command has it; `what` says what it holds."""
+    add_env_argument(parser, "--data-dir", "KZTTS_DATA_DIR", what, str(DEFAULT_DATA_DIR), type=Path)
 
 
 def _quiet(_: str) -> None:

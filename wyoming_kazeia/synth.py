@@ -39,7 +39,7 @@ import soundfile as sf
 
 from .engine import Engine, VoicePrompt
 from .errors import KazeiaError, VoiceError
-from .models import DEFAULT_DATA_DIR, DEFAULT_MODEL, resolve_model
+from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model
 from .settings import EngineSettings, add_env_argument
 from .voices import VoiceCatalog, model_language, recording
 from .voices.library import VoiceLibrary
@@ -103,13 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--decoder-subprocess", action="store_true")
     parser.add_argument("--json-metrics", action="store_true")
-    add_env_argument(
-        parser,
-        "--data-dir",
-        "KZTTS_DATA_DIR",
-        "downloaded and converted models and the voice library, as the server's",
-        str(DEFAULT_DATA_DIR),
-        type=Path,
+    add_data_dir_argument(
+        parser, "downloaded and converted models and the voice library, as the server's"
     )
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)

@@ -28,8 +28,7 @@ from .. import cpu_floor  # noqa: F401 - first: it checks the CPU before numpy l
 
 # isort: split
 from ..errors import KazeiaError, VoiceError
-from ..models import DEFAULT_DATA_DIR
-from ..settings import add_env_argument
+from ..models import add_data_dir_argument
 from . import model_language, recording
 from .library import StoredVoice, VoiceLibrary
 
@@ -77,14 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_env_argument(
-        parser,
-        "--data-dir",
-        "KZTTS_DATA_DIR",
-        "the server's data directory (voices live in its voices/ folder)",
-        str(DEFAULT_DATA_DIR),
-        type=Path,
-    )
+    add_data_dir_argument(parser, "the server's data directory (voices live in its voices/ folder)")
     parser.add_argument("--debug", action="store_true")
     commands = parser.add_subparsers(dest="command", required=True)
     add = commands.add_parser("add", help="add a voice")
