@@ -13,6 +13,9 @@ flags=(
 if bashio::config.has_value 'voice'; then
     flags+=(--voice "$(bashio::config 'voice')")
 fi
+if bashio::config.has_value 'voice_model'; then
+    flags+=(--voice-model "$(bashio::config 'voice_model')")
+fi
 if bashio::config.true 'debug'; then
     flags+=(--debug)
 fi
