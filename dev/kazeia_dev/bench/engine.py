@@ -45,9 +45,9 @@ from .common import (
     run_json_child,
     warn_if_busy,
 )
-from .targets import PEER_NOTES, TARGETS
+from .targets import ENGINE_TARGETS_BY_MODEL, PEER_NOTES, TARGETS
 
-T = TARGETS["engine"]  # this bench's targets
+T = TARGETS["engine"]  # this bench's targets (0.6B q8_0; see engine_targets)
 PEERS = PEER_NOTES["engine"]
 # --------------------------------------------------------------------------- engine bench
 
@@ -105,8 +105,17 @@ def add_parser(subparsers: Any) -> None:
         "--model-dir",
         type=Path,
         help="model folder with talker.gguf, decoder.gguf and the tokenizer files (default: "
-        f"{{cache dir}}/e-0.6b-{ENGINE_TALKER_TYPE}, links to the cached random 0.6b checkpoint, "
-        f"its {ENGINE_TALKER_TYPE} talker and the decoder converted at that type)",
+        "{cache dir}/e-SIZE-TYPE, links to the cached random checkpoint of --size, its --type "
+        "talker and the decoder converted at that type)",
+    )
+    p.add_argument(
+        "--size", choices=("0.6b", "1.7b"), default="0.6b", help="the random model (default 0.6b)"
+    )
+    p.add_argument(
+        "--type",
+        choices=("q8_0", "q4_k", "f16", "f32"),
+        default=ENGINE_TALKER_TYPE,
+        help=f"the talker's weight type (default {ENGINE_TALKER_TYPE})",
     )
     p.add_argument("--cache-dir", type=Path, help="default: .bench/ in the repository root")
     p.add_argument("--threads", type=int, default=2, help="generator threads (default 2)")
@@ -316,9 +325,16 @@ def _label(name: str) -> str:
     return f"stream k={name.removeprefix('stream_k')}"
 
 
+def engine_targets(size: str, talker_type: str) -> dict[str, float]:
+    """The targets of a model: TARGETS["engine"] (0.6B q8_0) with those of other sizes and
+    weight types over it."""
+    return {**T, **ENGINE_TARGETS_BY_MODEL.get((size, talker_type), {})}
+
+
 def bench_engine(args: argparse.Namespace) -> int:
     """The ``engine`` bench: fresh-process rows (one-shot, streaming, subprocess decoder), then
     the same rows beside a competing load."""
+    t = engine_targets(args.size, args.type)
     if args.decoder_threads is None:
         args.decoder_threads = args.threads
     if min(args.threads, args.decoder_threads, args.repeats, args.load_repeats) < 1:
@@ -338,7 +354,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         if missing:
             raise BenchError(f"{model_dir} lacks {', '.join(missing)}")
     else:
-        model_dir = ensure_engine_dir(cache_dir, "0.6b", ENGINE_TALKER_TYPE)
+        model_dir = ensure_engine_dir(cache_dir, args.size, args.type)
     audio_s = args.frames * frame_seconds(decoder_facts(model_dir))
 
     env = dict(os.environ)
@@ -353,7 +369,7 @@ def bench_engine(args: argparse.Namespace) -> int:
     clones: dict[str, tuple[str, Path | None]] = {}
     base_dir = None
     if args.voices:
-        base_dir = ensure_model(cache_dir, "0.6b", ENGINE_TALKER_TYPE, variant="base")
+        base_dir = ensure_model(cache_dir, args.size, args.type, variant="base")
         clones = {
             "clone_xvec": ("xvec", None),
             "clone_icl": ("icl", None),
@@ -442,21 +458,21 @@ def bench_engine(args: argparse.Namespace) -> int:
 
     stream_names = [n for n in rows if n.startswith("stream_k")]
     targets: dict[str, Any] = {
-        "ttfa_ms_max": T["ttfa_ms"],
-        "ttfa_ok": {n: 1e3 * rows[n]["ttfa_s"] <= T["ttfa_ms"] for n in stream_names},
-        "stream_ratio_max": T["stream_ratio"],
-        "stream_ratio_ok": {n: rows[n]["vs_oneshot"] <= T["stream_ratio"] for n in stream_names},
-        "rtf_max": T["rtf"],
-        "rtf_ok": {n: r["rtf"] <= T["rtf"] for n, r in rows.items()},
-        "rss_mb_max": T["peak_rss_mb"],
-        "rss_ok": {n: r["engine_peak_rss_mb"] <= T["peak_rss_mb"] for n, r in rows.items()},
-        "slowdown_max": T["load_slowdown"],
+        "ttfa_ms_max": t["ttfa_ms"],
+        "ttfa_ok": {n: 1e3 * rows[n]["ttfa_s"] <= t["ttfa_ms"] for n in stream_names},
+        "stream_ratio_max": t["stream_ratio"],
+        "stream_ratio_ok": {n: rows[n]["vs_oneshot"] <= t["stream_ratio"] for n in stream_names},
+        "rtf_max": t["rtf"],
+        "rtf_ok": {n: r["rtf"] <= t["rtf"] for n, r in rows.items()},
+        "rss_mb_max": t["peak_rss_mb"],
+        "rss_ok": {n: r["engine_peak_rss_mb"] <= t["peak_rss_mb"] for n, r in rows.items()},
+        "slowdown_max": t["load_slowdown"],
         "slowdown_ok": {
-            n: "failed" not in r and r["slowdown"] <= T["load_slowdown"] for n, r in loaded.items()
+            n: "failed" not in r and r["slowdown"] <= t["load_slowdown"] for n, r in loaded.items()
         },
-        "clone_ttfa_ms_max": T["clone_ttfa_ms"],
+        "clone_ttfa_ms_max": t["clone_ttfa_ms"],
         "clone_ttfa_ok": {
-            n: 1e3 * r["ttfa_s"] <= T["clone_ttfa_ms"] for n, r in voice_rows.items()
+            n: 1e3 * r["ttfa_s"] <= t["clone_ttfa_ms"] for n, r in voice_rows.items()
         },
     }
     builtin = rows.get(f"stream_k{VOICE_CHUNK}")
@@ -473,6 +489,9 @@ def bench_engine(args: argparse.Namespace) -> int:
             "talker_mb": (model_dir / "talker.gguf").stat().st_size / 1e6,
             "decoder": str((model_dir / "decoder.gguf").resolve()),
             "decoder_mb": (model_dir / "decoder.gguf").stat().st_size / 1e6,
+            "size": args.size,
+            "type": args.type,
+            "target_values": t,
             "threads": args.threads,
             "decoder_threads": args.decoder_threads,
             "frames": args.frames,
@@ -513,6 +532,7 @@ def engine_table(result: dict[str, Any]) -> str:
         result["loaded_rows"],
         result["targets"],
     )
+    t = c.get("target_values", T)
 
     def label(name: str, row: dict[str, Any]) -> str:
         text = _label(name)
@@ -549,10 +569,10 @@ def engine_table(result: dict[str, Any]) -> str:
     for name, row in rows.items():
         target = []
         if name in tg["ttfa_ok"]:
-            target.append(f"TTFA <= {T['ttfa_ms']:.0f}: {ok(tg['ttfa_ok'][name])}")
-            target.append(f"<= {T['stream_ratio']:.2f}x: {ok(tg['stream_ratio_ok'][name])}")
-        target.append(f"RTF <= {T['rtf']}: {ok(tg['rtf_ok'][name])}")
-        target.append(f"RSS <= {T['peak_rss_mb']:.0f}: {ok(tg['rss_ok'][name])}")
+            target.append(f"TTFA <= {t['ttfa_ms']:.0f}: {ok(tg['ttfa_ok'][name])}")
+            target.append(f"<= {t['stream_ratio']:.2f}x: {ok(tg['stream_ratio_ok'][name])}")
+        target.append(f"RTF <= {t['rtf']}: {ok(tg['rtf_ok'][name])}")
+        target.append(f"RSS <= {t['peak_rss_mb']:.0f}: {ok(tg['rss_ok'][name])}")
         lines.append(f"| {label(name, row)} {cells(row)}| {'; '.join(target)} |")
 
     voice_rows = result.get("voice_rows") or {}
@@ -572,7 +592,7 @@ def engine_table(result: dict[str, Any]) -> str:
                 f"| {_label(name)} | {row['prompt_s']:.2f} | {1e3 * row['ttfa_s']:.0f} "
                 f"({1e3 * row['cold_ttfa_s']:.0f}) | {fmt(row.get('ttfa_vs_builtin'), '.2f', 'x')} "
                 f"| {row['rtf']:.2f} | {fmt(row.get('rtf_vs_builtin'), '.2f', 'x')} "
-                f"| {row['peak_rss_mb']:.0f} | TTFA <= {T['clone_ttfa_ms']:.0f}: "
+                f"| {row['peak_rss_mb']:.0f} | TTFA <= {t['clone_ttfa_ms']:.0f}: "
                 f"{ok(tg['clone_ttfa_ok'][name])} |"
             )
 
@@ -592,7 +612,7 @@ def engine_table(result: dict[str, Any]) -> str:
                 lines.append(
                     f"| {_label(name)} | {row['failed']} | - | - | - | - | - | - | - | - "
                     f"| > {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall) | - "
-                    f"| slowdown <= {T['load_slowdown']}x: MISSED |"
+                    f"| slowdown <= {t['load_slowdown']}x: MISSED |"
                 )
                 continue
             share = row["load"].get("cpu_share")
@@ -600,7 +620,7 @@ def engine_table(result: dict[str, Any]) -> str:
                 f"| {label(name, row)} {cells(row)}"
                 f"| {row['slowdown']:.2f}x ({row['ttfa_slowdown']:.2f}x) "
                 f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
-                f"| slowdown <= {T['load_slowdown']}x: {ok(tg['slowdown_ok'][name])} |"
+                f"| slowdown <= {t['load_slowdown']}x: {ok(tg['slowdown_ok'][name])} |"
             )
 
     lines.append("")
@@ -622,14 +642,14 @@ def engine_table(result: dict[str, Any]) -> str:
         )
     )
     parts = [
-        f"first audio <= {T['ttfa_ms']:.0f} ms: {_verdict(tg['ttfa_ok'])}",
-        f"streaming total <= {T['stream_ratio']:.2f}x one-shot: {_verdict(tg['stream_ratio_ok'])}",
-        f"end-to-end RTF <= {T['rtf']}: {_verdict(tg['rtf_ok'])}",
-        f"peak RSS <= {T['peak_rss_mb']:.0f} MB at {ENGINE_TALKER_TYPE}: {_verdict(tg['rss_ok'])}",
+        f"first audio <= {t['ttfa_ms']:.0f} ms: {_verdict(tg['ttfa_ok'])}",
+        f"streaming total <= {t['stream_ratio']:.2f}x one-shot: {_verdict(tg['stream_ratio_ok'])}",
+        f"end-to-end RTF <= {t['rtf']}: {_verdict(tg['rtf_ok'])}",
+        f"peak RSS <= {t['peak_rss_mb']:.0f} MB at {c['type']}: {_verdict(tg['rss_ok'])}",
     ]
     if c["load"]:
         parts.append(
-            f"slowdown beside a {c['load_procs']}-process load <= {T['load_slowdown']}x: "
+            f"slowdown beside a {c['load_procs']}-process load <= {t['load_slowdown']}x: "
             f"{_verdict(tg['slowdown_ok'])}"
         )
     lines.append("Targets (2-core AVX2 box): " + "; ".join(parts))

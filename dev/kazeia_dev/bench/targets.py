@@ -33,6 +33,12 @@ TARGETS: dict[str, dict[str, float]] = {
     },
 }
 
+# The engine bench's targets for other sizes and weight types (issue 15), over TARGETS["engine"].
+ENGINE_TARGETS_BY_MODEL: dict[tuple[str, str], dict[str, float]] = {
+    ("1.7b", "q8_0"): {"rtf": 1.8, "ttfa_ms": 200.0, "peak_rss_mb": 2200.0},
+    ("1.7b", "q4_k"): {"rtf": 1.4, "ttfa_ms": 200.0, "peak_rss_mb": 2200.0},
+}
+
 # Peer figures quoted beside the reports: measured elsewhere (DESIGN.md section 3, the same random
 # 0.6B weights, 2 threads, 40 frames on one 2-core box), not in the run that prints them.
 PEER_NOTES: dict[str, tuple[str, ...]] = {
