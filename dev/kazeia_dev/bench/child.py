@@ -62,6 +62,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--ref-seconds", type=float, default=6.0)
     p.add_argument("--also-load", type=Path, help="another model folder loaded beside (its RSS)")
+    p.add_argument("--warmup-frames", type=int, help="frames of the warm-up (default --frames)")
     args = parser.parse_args(argv)
     setup_logging()
     result = CHILDREN[args.child](args)

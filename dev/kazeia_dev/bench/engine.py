@@ -175,6 +175,13 @@ def add_parser(subparsers: Any) -> None:
         default=6.0,
         help="length of the cloned voice's reference recording (default 6)",
     )
+    p.add_argument(
+        "--long-frames",
+        type=int,
+        default=0,
+        help="also a row of one synthesis this long (e.g. 1500 = 2 min): its cost per frame "
+        "against the k=4 row's, and its peak RSS against the K/V cache it needs (default: none)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=bench_engine)
 
@@ -281,6 +288,8 @@ def engine_row_cmd(
         CHILD_BOOT,
         "engine",
         str(model_dir),
+        "--warmup-frames",
+        str(min(args.frames, 40)),
         "--threads",
         str(args.threads),
         "--decoder-threads",
@@ -395,6 +404,19 @@ def bench_engine(args: argparse.Namespace) -> int:
                 row["rtf"],
                 1e3 * row["ttfa_s"],
             )
+        long_row: dict[str, Any] | None = None
+        if args.long_frames > 0:
+            out = tmp / "long.npy"
+            long_args = argparse.Namespace(**{**vars(args), "frames": args.long_frames})
+            cmd = engine_row_cmd(long_args, model_dir, VOICE_CHUNK, False, 1, out)
+            long_row = run_json_child(cmd, f"engine {args.long_frames} frames", env)
+            logger.info(
+                "%d frames: total %.1f s, RTF %.2f, peak RSS %.0f MB",
+                args.long_frames,
+                long_row["total_s"],
+                long_row["rtf"],
+                long_row["peak_rss_mb"],
+            )
         voice_rows: dict[str, dict[str, Any]] = {}
         for name, clone in clones.items():
             assert base_dir is not None
@@ -476,6 +498,20 @@ def bench_engine(args: argparse.Namespace) -> int:
         },
     }
     builtin = rows.get(f"stream_k{VOICE_CHUNK}")
+    if long_row is not None and builtin is not None:
+        per_frame = long_row["total_s"] / long_row["n_frames"]
+        long_row["ms_per_frame"] = 1e3 * per_frame
+        long_row["ms_per_frame_short"] = 1e3 * builtin["total_s"] / builtin["n_frames"]
+        long_row["cost_ratio"] = per_frame / (builtin["total_s"] / builtin["n_frames"])
+        long_row["rss_growth_mb"] = long_row["peak_rss_mb"] - builtin["peak_rss_mb"]
+        long_row["kv_cache_mb"] = (
+            long_row["kv_bytes_per_frame"] * (long_row["n_frames"] - builtin["n_frames"]) / 2**20
+        )
+        targets["long_ratio_max"] = t["long_ratio"]
+        targets["long_ok"] = {
+            "cost": long_row["cost_ratio"] <= t["long_ratio"],
+            "rss": long_row["rss_growth_mb"] <= long_row["kv_cache_mb"],
+        }
     for row in voice_rows.values():
         if builtin is not None:
             row["ttfa_vs_builtin"] = row["ttfa_s"] / builtin["ttfa_s"]
@@ -509,6 +545,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         },
         "rows": rows,
         "voice_rows": voice_rows,
+        "long_row": long_row,
         "base_model_dir": None if base_dir is None else str(base_dir),
         "loaded_rows": loaded,
         "targets": targets,
@@ -574,6 +611,21 @@ def engine_table(result: dict[str, Any]) -> str:
         target.append(f"RTF <= {t['rtf']}: {ok(tg['rtf_ok'][name])}")
         target.append(f"RSS <= {t['peak_rss_mb']:.0f}: {ok(tg['rss_ok'][name])}")
         lines.append(f"| {label(name, row)} {cells(row)}| {'; '.join(target)} |")
+
+    long_row = result.get("long_row")
+    if long_row is not None and "cost_ratio" in long_row:
+        ok_long = tg["long_ok"]
+        lines += [
+            "",
+            f"Long synthesis (stream k={VOICE_CHUNK}, one run after a 40-frame warm-up): "
+            f"{long_row['n_frames']} frames in {long_row['total_s']:.1f} s, "
+            f"{long_row['ms_per_frame']:.1f} ms/frame against {long_row['ms_per_frame_short']:.1f} "
+            f"for {c['frames']} frames = {long_row['cost_ratio']:.2f}x (target <= "
+            f"{t['long_ratio']:.2f}x: {ok(ok_long['cost'])}); peak RSS "
+            f"{long_row['peak_rss_mb']:.0f} MB, +{long_row['rss_growth_mb']:.0f} MB for a K/V "
+            "cache of "
+            f"{long_row['kv_cache_mb']:.0f} MB (target: no more: {ok(ok_long['rss'])})",
+        ]
 
     voice_rows = result.get("voice_rows") or {}
     if voice_rows:
@@ -680,14 +732,14 @@ PEAK_RSS_WRAPPER = (
 
 
 def _synthesis_run(
-    engine: Any, args: argparse.Namespace, voice: Any = None
+    engine: Any, args: argparse.Namespace, voice: Any = None, **overrides: Any
 ) -> tuple[dict[str, float], np.ndarray]:
     """One synthesis, consumed as a caller would; returns (metrics, int16 audio)."""
     t0 = time.perf_counter()
     if voice is None:
-        s = engine.synthesize(args.text, speaker=args.speaker, language=args.language)
+        s = engine.synthesize(args.text, speaker=args.speaker, language=args.language, **overrides)
     else:
-        s = engine.synthesize(args.text, language=args.language, voice=voice)
+        s = engine.synthesize(args.text, language=args.language, voice=voice, **overrides)
     chunks: list[np.ndarray] = []
     t_first = None
     for chunk in s:
@@ -749,7 +801,8 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
                 str(peak_file),
                 *command,
             ]
-        cold, _ = _synthesis_run(engine, args, voice)
+        warm = {"max_frames": args.warmup_frames} if args.warmup_frames else {}
+        cold, _ = _synthesis_run(engine, args, voice, **warm)
         engine.decoder_command = command
         if peak_file.is_file():
             decoder_peak_mb = max(int(x) for x in peak_file.read_text().split()) / 1024.0
@@ -803,5 +856,12 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         engine_peak_rss_mb=peak + child_peak,
         prompt_s=prompt_s,
         ref_seconds=args.ref_seconds if args.clone else 0.0,
+        kv_bytes_per_frame=_kv_bytes_per_position(engine.generator.hparams),
     )
     return result
+
+
+def _kv_bytes_per_position(hp: dict[str, Any]) -> int:
+    """Bytes the talker's K/V cache (f32) holds per position."""
+    kv_dim = int(hp["kazeia.talker.num_kv_heads"]) * int(hp["kazeia.talker.head_dim"])
+    return int(hp["kazeia.talker.num_layers"]) * 2 * kv_dim * 4
