@@ -33,18 +33,31 @@ void add_embedding_row(const ggml_tensor *table, int64_t id, float *out) {
     for (int64_t i = 0; i < table->ne[0]; ++i) out[i] += row[i];
 }
 
-KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend) : n_ctx(n_ctx_) {
+KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend, int64_t capacity_)
+    : n_ctx(n_ctx_), capacity(std::max(n_ctx_, capacity_)) {
     ggml_init_params params = {ggml_tensor_overhead() * 2 * hp.num_layers + 64, nullptr, true};
     ctx.reset(ggml_init(params));
     const int64_t kv_dim = (int64_t)hp.num_kv_heads * hp.head_dim;
     for (uint32_t il = 0; il < hp.num_layers; ++il) {
-        k.push_back(ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kv_dim, n_ctx));
-        v.push_back(ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kv_dim, n_ctx));
+        k.push_back(ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kv_dim, capacity));
+        v.push_back(ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kv_dim, capacity));
     }
     buffer.reset(ggml_backend_alloc_ctx_tensors(ctx.get(), backend));
     if (!buffer) throw std::runtime_error("out of memory allocating a KV cache");
-    // Masked slots are multiplied by zero weights: keep them finite.
-    ggml_backend_buffer_clear(buffer.get(), 0);
+    clear(0, n_ctx);
+}
+
+void KvCache::extend(int64_t slots) {
+    slots = std::min(slots, capacity);
+    if (slots > n_ctx) clear(n_ctx, slots);
+    n_ctx = std::max(n_ctx, slots);
+}
+
+// Masked slots are multiplied by zero weights: keep them finite.
+void KvCache::clear(int64_t from, int64_t to) {
+    for (const std::vector<ggml_tensor *> *part : {&k, &v})
+        for (ggml_tensor *t : *part)
+            ggml_backend_tensor_memset(t, 0, from * t->nb[1], (to - from) * t->nb[1]);
 }
 
 LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t in_dim,
@@ -68,7 +81,7 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
     auto mm = [&](ggml_tensor *w, ggml_tensor *t) { return pool_mul_mat(ctx, w, t, pool); };
     ggml_tensor *x = embeds_;
     if (in_proj_w) x = ggml_add(ctx, mm(in_proj_w, x), in_proj_b);
-    const float scale = 1.0f / std::sqrt((float)hd);
+    attention_ = AttentionParams{nkv, 1.0f / std::sqrt((float)hd), pool};
     auto norm = [&](ggml_tensor *t, ggml_tensor *w) {
         return ggml_mul(ctx, ggml_rms_norm(ctx, t, hp.rms_norm_eps), w);
     };
@@ -88,13 +101,12 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
         ggml_tensor *v = mm(L.v, a);
         ggml_tensor *k_all = ggml_set_rows(ctx, cache.k[il], ggml_reshape_2d(ctx, k, hd * nkv, n), slots_);
         ggml_tensor *v_all = ggml_set_rows(ctx, cache.v[il], v, slots_);
-
-        ggml_tensor *K = ggml_permute(ctx, ggml_reshape_3d(ctx, k_all, hd, nkv, n_ctx_), 0, 2, 1, 3);
-        ggml_tensor *Q = ggml_permute(ctx, q, 0, 2, 1, 3);
-        ggml_tensor *kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), mask_, scale, 0.0f);
-        ggml_tensor *V = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v_all, hd, nkv, n_ctx_), 1, 2, 0, 3));
-        ggml_tensor *o = ggml_mul_mat(ctx, V, kq);  // [hd, n, heads]
-        o = ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), hd * nh, n);
+        // The slots in use, and one op for the attention over them (in the pool: no copy of
+        // the transposed V cache per step, which grew with the length of a synthesis).
+        auto in_use = [&](ggml_tensor *all) {
+            return ggml_view_2d(ctx, all, all->ne[0], n_ctx_, all->nb[1], 0);
+        };
+        ggml_tensor *o = window_attention(ctx, q, in_use(k_all), in_use(v_all), mask_, &attention_);
         x = ggml_add(ctx, x, mm(L.o, o));
 
         ggml_tensor *f = norm(x, L.ffn_norm);

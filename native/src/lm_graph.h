@@ -10,6 +10,7 @@
 
 #include "ggml_raii.h"
 #include "kazeia/talker_arch.h"
+#include "ops.h"
 #include "worker_pool.h"
 
 namespace kazeia {
@@ -28,10 +29,17 @@ struct LmStack {
 struct KvCache {
     GgmlContextPtr ctx;
     BufferPtr buffer;
-    std::vector<ggml_tensor *> k, v;
-    int64_t n_ctx = 0;
+    std::vector<ggml_tensor *> k, v;  // per layer [kv_dim, capacity]
+    int64_t n_ctx = 0;     // the slots in use: attention runs over these
+    int64_t capacity = 0;  // the slots allocated: their pages are touched only once in use
 
-    KvCache(const LmHParams &hp, int64_t n_ctx, ggml_backend_t backend);
+    // `capacity` (default n_ctx) slots, the first n_ctx in use.
+    KvCache(const LmHParams &hp, int64_t n_ctx, ggml_backend_t backend, int64_t capacity = 0);
+    // More slots in use (at most the capacity), cleared: a cache grows in place, never copied.
+    void extend(int64_t n_ctx);
+
+  private:
+    void clear(int64_t from, int64_t to);
 };
 
 // A built and allocated graph of one stack: n tokens in, last position out.
@@ -58,6 +66,7 @@ class LmGraph {
     GgmlContextPtr ctx_;
     ggml_cgraph *gf_ = nullptr;
     GallocrPtr allocr_;
+    AttentionParams attention_;  // the attention op's parameters (its pool), for the graph's life
     ggml_tensor *embeds_, *positions_, *slots_, *mask_, *head_id_ = nullptr;
     ggml_tensor *out_hidden_, *out_logits_;
     std::vector<float> logits_, hidden_, mask_data_;

@@ -137,7 +137,8 @@ TalkerRun::TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, 
     // One slot per prompt row and per step, allocated in growing blocks: a large step budget
     // costs nothing until it is used, and attention never runs over more empty slots than one
     // block.
-    cache_ = std::make_unique<KvCache>(tk, prompt.rows() + std::min(steps, kv_block) + 1, backend);
+    cache_ = std::make_unique<KvCache>(tk, prompt.rows() + std::min(steps, kv_block) + 1, backend,
+                                       prompt.rows() + steps + 1);
     prefill_graph_ = std::make_unique<LmGraph>(m.talker, *cache_, prompt.rows() - prompt.voice_rows,
                                                tk.hidden_size, nullptr, nullptr, m.head, nullptr,
                                                backend, pool);
@@ -189,18 +190,11 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
 
 void TalkerRun::grow(int64_t slots) {
     const LmHParams &tk = m_.hp.talker;
-    auto bigger = std::make_unique<KvCache>(tk, slots, backend_);
-    const size_t bytes = (size_t)tk.num_kv_heads * tk.head_dim * cache_->n_ctx * sizeof(float);
-    std::vector<uint8_t> tmp(bytes);
-    for (size_t il = 0; il < cache_->k.size(); ++il) {
-        ggml_backend_tensor_get(cache_->k[il], tmp.data(), 0, bytes);
-        ggml_backend_tensor_set(bigger->k[il], tmp.data(), 0, bytes);
-        ggml_backend_tensor_get(cache_->v[il], tmp.data(), 0, bytes);
-        ggml_backend_tensor_set(bigger->v[il], tmp.data(), 0, bytes);
-    }
+    if (pos_ >= cache_->capacity)
+        throw std::runtime_error("talker KV cache capacity exceeded");  // steps bound the run
+    cache_->extend(slots);  // (at most its capacity)
     step_graph_.reset();
-    prefill_graph_.reset();  // done with; it points at the old cache
-    cache_ = std::move(bigger);
+    prefill_graph_.reset();  // done with
     step_graph_ = std::make_unique<LmGraph>(m_.talker, *cache_, 1, tk.hidden_size, nullptr, nullptr,
                                             m_.head, nullptr, backend_, pool_);
 }

@@ -55,7 +55,8 @@ struct TalkerModel {
 struct Prompt;
 
 // One session's talker: the prefill of a prompt (the voice rows' K/V from the model's cache)
-// and single-row steps, over a KV cache that grows in blocks of `kv_block` slots.
+// and single-row steps, over a KV cache allocated for the whole run (its pages touched only as
+// they are used) whose slots in use grow in blocks of `kv_block`.
 class TalkerRun {
   public:
     // Room for the prompt and `steps` steps, allocated `kv_block` steps at a time.
@@ -70,7 +71,7 @@ class TalkerRun {
 
   private:
     void load_or_compute_voice(const Prompt &prompt);
-    void grow(int64_t slots);  // a larger cache with the old slots copied, step graph rebuilt
+    void grow(int64_t slots);  // more cache slots in use (in place), step graph rebuilt
 
     const TalkerModel &m_;
     ggml_backend_t backend_;
