@@ -11,6 +11,7 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "ggml_raii.h"
 
 namespace kazeia {
 
@@ -29,5 +30,20 @@ const CpuBackend &cpu_backend();
 // A new CPU backend computing on one thread (the engine's graphs hand their heavy work to
 // their own worker pools).
 ggml_backend_t new_cpu_backend();
+
+// A graph computed once on a CPU backend of its own with ggml's `n_threads` (the voice
+// encoders, which run once per voice): allocated at construction (std::runtime_error naming
+// `what` when out of memory); set its inputs, then compute().
+class OneShotGraph {
+  public:
+    OneShotGraph(ggml_cgraph *graph, int n_threads, const char *what);
+    void compute();
+
+  private:
+    ggml_cgraph *graph_;
+    const char *what_;
+    BackendPtr backend_;
+    GallocrPtr allocr_;
+};
 
 }  // namespace kazeia

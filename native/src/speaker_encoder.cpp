@@ -234,18 +234,13 @@ struct SpeakerEncoder::Impl {
         ggml_cgraph *gf = ggml_new_graph_custom(ctx.get(), nodes, false);
         ggml_build_forward_expand(gf, out);
 
-        BackendPtr backend(new_cpu_backend());
-        cpu_backend().set_n_threads(backend.get(), n_threads);
-        GallocrPtr allocr(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
-        if (!ggml_gallocr_alloc_graph(allocr.get(), gf))
-            throw std::runtime_error("out of memory in the speaker encoder");
+        OneShotGraph graph(gf, n_threads, "speaker encoder");
         // Features arrive frame-major [frames][mel]; the graph is time-major [mel][frames].
         std::vector<float> tm(mel.size());
         for (int64_t t = 0; t < frames; ++t)
             for (int64_t m = 0; m < hp.mel_dim; ++m) tm[m * frames + t] = mel[t * hp.mel_dim + m];
         ggml_backend_tensor_set(in, tm.data(), 0, tm.size() * sizeof(float));
-        if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS)
-            throw std::runtime_error("speaker encoder failed");
+        graph.compute();
         if (weights.damaged())
             throw ModelError(weights.path() + " changed on disk while in use: reload the model");
         std::vector<float> result(hp.enc_dim);

@@ -162,11 +162,7 @@ struct SpeechEncoder::Impl {
             ggml_build_forward_expand(gf, t);
         }
 
-        BackendPtr backend(new_cpu_backend());
-        cpu_backend().set_n_threads(backend.get(), n_threads);
-        GallocrPtr allocr(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
-        if (!ggml_gallocr_alloc_graph(allocr.get(), gf))
-            throw std::runtime_error("out of memory in the speech encoder");
+        OneShotGraph graph(gf, n_threads, "speech encoder");
         ggml_backend_tensor_set(audio, samples, 0, n * sizeof(float));
         std::vector<int32_t> pos(T);
         std::vector<float> causal(T * T);
@@ -177,8 +173,7 @@ struct SpeechEncoder::Impl {
         }
         ggml_backend_tensor_set(positions, pos.data(), 0, pos.size() * sizeof(int32_t));
         ggml_backend_tensor_set(mask, causal.data(), 0, causal.size() * sizeof(float));
-        if (ggml_backend_graph_compute(backend.get(), gf) != GGML_STATUS_SUCCESS)
-            throw std::runtime_error("speech encoder failed");
+        graph.compute();
         if (weights.damaged())
             throw ModelError(weights.path() + " changed on disk while in use: reload the model");
 
