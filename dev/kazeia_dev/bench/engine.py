@@ -334,6 +334,25 @@ def _label(name: str) -> str:
     return f"stream k={name.removeprefix('stream_k')}"
 
 
+def weights_read_per_frame(talker_gguf: Path) -> dict[str, float]:
+    """MB of weights a frame reads: the talker step (its layers, final norm and codec head) and
+    the code predictor's 15 sub-steps (its layers and norm each time, one of its heads, and its
+    input projection where the model has one). Embedding rows are negligible."""
+    import gguf
+
+    reader = gguf.GGUFReader(talker_gguf)
+    size = {t.name: int(t.n_bytes) for t in reader.tensors}
+    talker = sum(
+        n for name, n in size.items() if name.startswith(("tlk.blk.", "tlk.norm", "tlk.codec_head"))
+    )
+    steps = 15
+    stack = sum(
+        n for name, n in size.items() if name.startswith(("cp.blk.", "cp.norm", "cp.in_proj"))
+    )
+    predictor = steps * stack + size.get("cp.heads.weight", 0)  # each sub-step one of 15 heads
+    return {"talker_mb": talker / 1e6, "predictor_mb": predictor / 1e6}
+
+
 def engine_targets(size: str, talker_type: str) -> dict[str, float]:
     """The targets of a model: TARGETS["engine"] (0.6B q8_0) with those of other sizes and
     weight types over it."""
@@ -467,6 +486,14 @@ def bench_engine(args: argparse.Namespace) -> int:
                 row["audio_max_abs_diff_vs_oneshot"] = None if diff is None else int(diff)
                 row["audio_samples"] = int(audio[name + suffix].size)
     machine["loadavg_at_end"] = loadavg()
+    # The memory floor of a frame: its weights at the read bandwidth measured now (the box's
+    # bandwidth moves with its other tenants).
+    from wyoming_kazeia import _native
+
+    floor: dict[str, float] = weights_read_per_frame(model_dir / "talker.gguf")
+    floor["read_gb_s"] = _native.testing.read_bandwidth(256, args.threads)
+    for part in ("talker", "predictor"):
+        floor[f"{part}_floor_ms"] = floor[f"{part}_mb"] / floor["read_gb_s"]
 
     for table in (rows, loaded):
         ok_rows = {n: r for n, r in table.items() if "failed" not in r}
@@ -546,6 +573,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         "rows": rows,
         "voice_rows": voice_rows,
         "long_row": long_row,
+        "memory_floor": floor,
         "base_model_dir": None if base_dir is None else str(base_dir),
         "loaded_rows": loaded,
         "targets": targets,
@@ -611,6 +639,21 @@ def engine_table(result: dict[str, Any]) -> str:
         target.append(f"RTF <= {t['rtf']}: {ok(tg['rtf_ok'][name])}")
         target.append(f"RSS <= {t['peak_rss_mb']:.0f}: {ok(tg['rss_ok'][name])}")
         lines.append(f"| {label(name, row)} {cells(row)}| {'; '.join(target)} |")
+
+    floor = result.get("memory_floor")
+    one_shot = rows.get("oneshot")
+    if floor is not None and one_shot is not None:
+        frames = max(one_shot["n_frames"], 1)
+        lines += [
+            "",
+            f"Memory floor per frame (the one-shot row, where nothing else computes): talker "
+            f"{1e3 * one_shot['talker_s'] / frames:.1f} ms/frame for {floor['talker_mb']:.0f} MB "
+            f"of weights (floor {floor['talker_floor_ms']:.1f} ms), code predictor "
+            f"{1e3 * one_shot['predictor_s'] / frames:.1f} ms/frame for "
+            f"{floor['predictor_mb']:.0f} MB (floor {floor['predictor_floor_ms']:.1f} ms), at the "
+            f"{floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
+            f"({c['threads']} threads)",
+        ]
 
     long_row = result.get("long_row")
     if long_row is not None and "cost_ratio" in long_row:
