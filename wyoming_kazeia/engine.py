@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import os
 import queue
@@ -55,6 +56,7 @@ from .native import (
 )
 from .settings import EngineSettings
 from .tokenizer import TextTokenizer
+from .voices.recording import resample
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -65,9 +67,16 @@ ONE_PASS_PUSH_FRAMES = 4
 # How long the decoder subprocess may take before it is killed: a base (process start, model
 # load) and a time per frame, both generous (a 2-core box decodes a frame in ~30 ms).
 SUBPROCESS_BASE_S = 30.0
+SUBPROCESS_PER_FRAME_S = 0.5
 # In-context voices whose decoder state (after their reference codes) is kept in memory.
 PRIMED_VOICES = 8
-SUBPROCESS_PER_FRAME_S = 0.5
+
+
+def follows_instructions(kind: str, size: str) -> bool:
+    """Whether a model of this kind (config.json tts_model_type) and size (tts_model_size)
+    takes a style instruction: VoiceDesign, and CustomVoice 1.7B (the official code drops the
+    0.6B's)."""
+    return kind == "voice_design" or (kind == "custom_voice" and size != "0b6")
 
 
 @dataclass
@@ -403,6 +412,7 @@ class Engine:
         if not self.settings.decoder_subprocess:
             self._decoder = self._load_decoder(self.settings.decoder_threads)
         self.tokenizer = TextTokenizer.from_dir(self.model_dir)
+        self._voice_model_key: str | None = None  # (voice_model_key)
         # Decoder states after in-context voices' reference codes (continue_after), by the
         # codes' hash, most recent last.
         self._primed: dict[bytes, bytes] = {}
@@ -440,6 +450,7 @@ class Engine:
             self._decoder = self._load_decoder(self.settings.decoder_threads)
         with self._primed_lock:
             self._primed.clear()
+        self._voice_model_key = None
         self._files = files
 
     def _load_generator(self, threads: int) -> Generator:
@@ -485,16 +496,20 @@ class Engine:
 
     @property
     def follows_instructions(self) -> bool:
-        """VoiceDesign, and CustomVoice 1.7B (the official code ignores the 0.6B's)."""
-        size = self.generator.hparams["kazeia.talker.model_size"]
-        return self.kind == "voice_design" or (self.kind == "custom_voice" and size != "0b6")
+        return follows_instructions(
+            self.kind, str(self.generator.hparams["kazeia.talker.model_size"])
+        )
 
     @property
     def voice_model_key(self) -> str:
         """Names what a voice prompt depends on in this model (its encoders and tokenizer
-        files): a prompt stored under another key was made by another model."""
-        import hashlib
+        files): a prompt stored under another key was made by another model. Read once per
+        load of the model files (refresh)."""
+        if self._voice_model_key is None:
+            self._voice_model_key = self._files_digest()
+        return self._voice_model_key
 
+    def _files_digest(self) -> str:
         digest = hashlib.sha256()
         for name in ("speaker_encoder.gguf", "speech_encoder.gguf", *TOKENIZER_FILES):
             path = self.model_dir / name
@@ -531,15 +546,10 @@ class Engine:
         0.2 s (x-vector) to a few seconds (the codes of a 6 s recording: ~4 s on 2 cores): make
         it once per voice. The encoders are loaded for the call only (voices are made rarely;
         their ~200 MB are not kept)."""
-        import soxr
-
         speaker_encoder = SpeakerEncoder(
             self._encoder_file("speaker_encoder.gguf"), threads=self.settings.threads
         )
-        rate = speaker_encoder.sample_rate
-        audio = np.ascontiguousarray(samples, dtype=np.float32)
-        if sample_rate != rate:
-            audio = soxr.resample(audio, sample_rate, rate, quality="HQ").astype(np.float32)
+        audio = resample(samples, sample_rate, speaker_encoder.sample_rate)
         embedding = speaker_encoder.embed(audio)
         del speaker_encoder
         if ref_text is None or not ref_text.strip():
@@ -559,8 +569,6 @@ class Engine:
         reference, whose audio is not played): the first time by decoding them, then by
         restoring the state that left (a few MB per voice, kept for PRIMED_VOICES voices), so
         that a cloned voice's first audio does not wait for its reference to be decoded."""
-        import hashlib
-
         key = hashlib.sha256(np.ascontiguousarray(codes, dtype=np.int32).tobytes()).digest()
         with self._primed_lock:
             state = self._primed.pop(key, None)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine import Engine, Synthesis, SynthesisMetrics, VoicePrompt
+from .engine import Engine, Synthesis, SynthesisMetrics, VoicePrompt, follows_instructions
 from .errors import (
     KazeiaError,
     ModelNotFoundError,
@@ -205,8 +205,7 @@ class ModelVoices:
             raise ModelNotFoundError(
                 f"{model_dir}/config.json: cannot tell its kind ({err})"
             ) from err
-        follows = kind == "voice_design" or (kind == "custom_voice" and size != "0b6")
-        return cls(kind, speakers, follows)
+        return cls(kind, speakers, follows_instructions(kind, size))
 
     def speaks(self, voice: StoredVoice) -> bool:
         if voice.model_kind != self.kind:

@@ -36,14 +36,14 @@ class Recording:
         return len(self.samples) / RATE
 
 
-def resample(samples: np.ndarray, rate: int) -> np.ndarray:
-    """Mono float samples at `rate` -> float32 at RATE (soxr HQ: librosa's default)."""
+def resample(samples: np.ndarray, rate: int, target: int = RATE) -> np.ndarray:
+    """Mono float samples at `rate` -> float32 at `target` (soxr HQ: librosa's default)."""
     import soxr
 
     audio = np.ascontiguousarray(samples, dtype=np.float32)
-    if rate == RATE:
+    if rate == target:
         return audio
-    return np.asarray(soxr.resample(audio, rate, RATE, quality="HQ"), dtype=np.float32)
+    return np.asarray(soxr.resample(audio, rate, target, quality="HQ"), dtype=np.float32)
 
 
 def check(samples: np.ndarray, rate: int, where: str) -> Recording:
