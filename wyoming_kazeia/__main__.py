@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 from . import __version__, cpu_floor  # noqa: F401 - cpu_floor first: it checks the CPU
 from .engine import Engine, VoicePrompt
-from .errors import KazeiaError, SettingsError
+from .errors import KazeiaError, SettingsError, VoiceError
 from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import KERNEL_ISA, ggml_cpu_features, ggml_cpu_variant
@@ -37,7 +37,7 @@ from .server import serve
 from .service import ModelVoices, TtsService, VoiceModel
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
 from .voices import DEFAULT_SPEAKER, Choice, VoiceCatalog
-from .voices.library import VoiceLibrary
+from .voices.library import StoredVoice, VoiceLibrary
 
 _LOGGER = logging.getLogger("wyoming_kazeia")
 
@@ -354,11 +354,11 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
     # The library voices this model speaks: their prompts computed where missing (once: they
     # are stored), so that no request computes one.
     service.set_loading(f"preparing the voices of {model_dir}")
-    await _in_thread(lambda: _prepare_voices(engine, args.data_dir))
+    spoken, prompts = await _in_thread(lambda: _prepare_voices(engine, args.data_dir))
     warm = None
     if not args.no_warmup:
         try:
-            warm = _warm_up_voice(engine, args)
+            warm = _warm_up_voice(engine, args.voice, spoken, prompts)
         except KazeiaError as err:  # no voice to warm up with (a Base model, no voices yet)
             _LOGGER.info("no warm-up synthesis: %s", err)
     if warm is not None:
@@ -391,26 +391,27 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
     _banner(service, summary.origin, model_dir, time.monotonic() - start)
 
 
-def _prepare_voices(engine: Engine, data_dir: Path) -> None:
-    """The prompts of the library voices the model speaks, computed now where missing, and
-    what their syntheses share readied (a voice that fails is reported and left out)."""
+def _prepare_voices(
+    engine: Engine, data_dir: Path
+) -> tuple[list[StoredVoice], dict[str, VoicePrompt]]:
+    """The library voices the model speaks, and their prompts (computed now where missing,
+    what their syntheses share readied; a voice that fails is reported and left out)."""
     library = VoiceLibrary(data_dir)
-    for stored in library.scan()[0]:
-        if ModelVoices.of_engine(engine).speaks(stored):
-            try:
-                engine.prepare_voice(library.prompt(stored, engine))
-            except KazeiaError as err:
-                _LOGGER.warning("voice %r: %s", stored.name, err)
+    model = ModelVoices.of_engine(engine)
+    spoken = [v for v in library.scan()[0] if model.speaks(v)]
+    return spoken, library.prepare(spoken, engine)
 
 
-def _warm_up_voice(engine: Engine, args: argparse.Namespace) -> tuple[Choice, VoicePrompt | None]:
+def _warm_up_voice(
+    engine: Engine, default: str | None, spoken: list[StoredVoice], prompts: dict[str, VoicePrompt]
+) -> tuple[Choice, VoicePrompt | None]:
     """The default voice, for the warm-up synthesis."""
-    library = VoiceLibrary(args.data_dir)
-    stored = [v for v in library.scan()[0] if ModelVoices.of_engine(engine).speaks(v)]
-    choice = VoiceCatalog(engine.speakers, engine.languages, stored).choose(args.voice)
+    choice = VoiceCatalog(engine.speakers, engine.languages, spoken).choose(default)
     if choice.stored is None:
         return choice, None
-    return choice, library.prompt(next(v for v in stored if v.name == choice.stored), engine)
+    if choice.stored not in prompts:
+        raise VoiceError(f"voice {choice.stored!r} is unusable (see above)")
+    return choice, prompts[choice.stored]
 
 
 def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) -> None:

@@ -36,7 +36,6 @@ refused with `NotReadyError`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
@@ -48,7 +47,6 @@ from typing import Any
 
 from .engine import Engine, Synthesis, SynthesisMetrics, VoicePrompt, follows_instructions
 from .errors import (
-    KazeiaError,
     ModelNotFoundError,
     NotReadyError,
     ServiceBusyError,
@@ -506,10 +504,10 @@ class TtsService:
         if vm.engine is None:
             _LOGGER.info("voice %r: loading the voice model %s (first use)", voice.name, vm.name)
             vm.engine = vm.load()
-            for other in self._stored.values():  # its voices' shared state, once
-                if vm.voices.speaks(other):
-                    with contextlib.suppress(KazeiaError):
-                        vm.engine.prepare_voice(self._library_prompt(other, vm.engine))
+            if self._library is not None:  # its voices' prompts and shared state, once
+                spoken = [v for v in self._stored.values() if vm.voices.speaks(v)]
+                for name, prompt in self._library.prepare(spoken, vm.engine).items():
+                    self._prompts[name] = (self._stored[name], vm.engine.generator, prompt)
         return vm.engine
 
     def _library_prompt(self, voice: StoredVoice, engine: Engine) -> VoicePrompt:

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import soundfile as sf
 
-from ..errors import InputError, VoiceError
+from ..errors import InputError, KazeiaError, VoiceError
 from . import recording
 from .recording import Recording
 
@@ -220,6 +221,21 @@ class VoiceLibrary:
                 if not p.name.startswith(".")
             )
         )
+
+    def prepare(self, voices: Iterable[StoredVoice], engine: Engine) -> dict[str, VoicePrompt]:
+        """The prompts of `voices` for `engine`'s model by name (computed where missing), with
+        what their syntheses share readied (Engine.prepare_voice); a voice that fails is
+        reported in the log and left out."""
+        prompts = {}
+        for voice in voices:
+            try:
+                prompt = self.prompt(voice, engine)
+                engine.prepare_voice(prompt)
+            except KazeiaError as err:
+                _LOGGER.warning("voice %r: %s", voice.name, err)
+                continue
+            prompts[voice.name] = prompt
+        return prompts
 
     def prompt(self, voice: StoredVoice, engine: Engine) -> VoicePrompt:
         """The voice's prompt for `engine`'s model: read from its file when computed before,
