@@ -247,7 +247,7 @@ class TtsService:
         self._default_voice = ""
         self._library = library
         self.voice_model = voice_model
-        self._library_state: tuple[tuple[str, int], ...] | None = None
+        self._library_state: tuple[tuple[str, int, int], ...] | None = None
         self._stored: dict[str, StoredVoice] = {}  # the library voices the model speaks
         # name -> (voice, the generator it was made for, prompt); the engine thread's only
         self._prompts: dict[str, tuple[StoredVoice, Any, VoicePrompt]] = {}
