@@ -3,13 +3,17 @@ random model for the service tests."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from kazeia_dev.random_checkpoint import main as random_checkpoint
+from safetensors.numpy import save_file
 
-from wyoming_kazeia.convert import convert, convert_part
+from wyoming_kazeia.convert import convert, convert_part, part_metadata, part_tensor_specs
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "reference"
@@ -83,3 +87,46 @@ def crashing_command(tmp_path: Path) -> list[str]:
     crash.write_text("#!/bin/sh\nkill -9 $$\n")
     crash.chmod(0o755)
     return [str(crash)]
+
+
+WIDTH = 256
+
+
+def mid_checkpoint(out: Path) -> Path:
+    """A random talker checkpoint whose rows fit every quant block (the tiny references' rows
+    of 16 values fall back to f16): widths 256, 2 layers, the real vocabularies."""
+    out.mkdir(parents=True)
+    config = json.loads((REFERENCE / "tiny-0.6b" / "model" / "config.json").read_text())
+    tc = config["talker_config"]
+    # Talker and code predictor alike: rows wide enough for every quant block.
+    stack: dict[str, Any] = {
+        "hidden_size": WIDTH,
+        "intermediate_size": 2 * WIDTH,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+    }
+    tc.update(stack, text_hidden_size=WIDTH)
+    tc["code_predictor_config"].update(stack)
+    (out / "config.json").write_text(json.dumps(config))
+    shutil.copy(REFERENCE / "tiny-0.6b" / "model" / "generation_config.json", out)
+    rng = np.random.default_rng(0)
+    tensors: dict[str, np.ndarray] = {}
+    for spec in part_tensor_specs("talker", part_metadata("talker", out)):
+        shape = tuple(reversed(spec["ne"]))
+        n = len(spec["sources"])
+        part = shape[1:] if spec["transform"] == "stack" else (shape[0] // n, *shape[1:])
+        for source in spec["sources"]:
+            if "norm" in source:
+                data = 1.0 + 0.1 * rng.standard_normal(part)
+            elif source.endswith(".bias"):
+                data = 0.1 * rng.standard_normal(part)
+            elif "embedding" in source:
+                data = rng.standard_normal(part)
+            else:  # unit-scale activations; heads a little peakier than that
+                gain = 3.0 if "head" in source else 1.0
+                data = gain * rng.standard_normal(part) / np.sqrt(part[-1])
+            tensors[source] = data.astype(np.float32)
+    save_file(tensors, str(out / "model.safetensors"))
+    return out

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import REFERENCE_MODELS, ref_array, ref_codes
+from conftest import REFERENCE_MODELS, mid_checkpoint, ref_array, ref_codes
+
+from wyoming_kazeia.convert import convert_part
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {
@@ -86,3 +89,34 @@ def test_greedy_codes_equal_the_official_ones(
     assert r.returncode == 0, r.stderr
     codes = np.fromfile(out, dtype="<i4").reshape(-1, 16)
     assert np.array_equal(codes, ref_array(model, f"{mode}_codes"))
+
+
+def test_the_quantized_prefill_gives_the_x86_codes(
+    arm64: None, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """A q8_0 talker wide enough for its quant blocks: the prompt's prefill runs the q8_0 GEMM
+    (here its NEON dot-product path: qemu's CPU has it), whose every path gives the same bits,
+    so the greedy codes equal those of the native x86-64 build."""
+    base = tmp_path_factory.getbasetemp() / "mid-arm64"
+    talker = base / "talker-q8_0.gguf"
+    if not talker.exists():
+        convert_part("talker", mid_checkpoint(base / "ckpt"), talker, "q8_0")
+    rng = np.random.default_rng(5)
+    text = rng.integers(1000, 100000, size=20)
+    ids = np.array([151644, 77091, 198, *text, 151645, 198, 151644, 77091, 198], dtype="<i4")
+    ids_path = tmp_path / "ids.bin"
+    ids.tofile(ids_path)
+    args = [talker, ids_path, len(ids)]
+    flags = ["--speaker", "vivian", "--language", "english", "--greedy", "--max-frames", 12]
+    native_out, arm_out = tmp_path / "x86.bin", tmp_path / "arm64.bin"
+    native_cli = str(Path(sys.executable).parent / "kazeia-generate")
+    x86 = subprocess.run(
+        [native_cli, *map(str, [*args, native_out, *flags])],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert x86.returncode == 0, x86.stderr
+    r = run("kazeia-generate", *args, arm_out, *flags)
+    assert r.returncode == 0, r.stderr
+    codes = np.fromfile(arm_out, dtype="<i4").reshape(-1, 16)
+    assert len(codes) == 12
+    assert np.array_equal(codes, np.fromfile(native_out, dtype="<i4").reshape(-1, 16))

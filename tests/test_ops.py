@@ -129,6 +129,69 @@ def test_the_portable_kernels_run_where_avx2_is_missing(
     assert np.abs(got["full"] - vector).max() < 3e-5
 
 
+# Shapes of the q8_0 GEMM: talker-like, rows not a multiple of the 8-row panel (the rest goes
+# through ggml's dot product), column counts around the micro-kernel's 8 and the threshold.
+Q8_SHAPES = [(64, 256, 8), (64, 256, 13), (19, 64, 9), (256, 1024, 30), (40, 96, 17)]
+
+
+def _q8_inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m * k + n)
+    return rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal(
+        (n, k), dtype=np.float32
+    )
+
+
+@pytest.mark.parametrize(("m", "k", "n"), Q8_SHAPES)
+def test_q8_gemm_computes_the_quantized_product(m: int, k: int, n: int) -> None:
+    """The prefill's q8_0 GEMM against float64 on the same quantized values (what the integer
+    sums see) and against ggml's q8_0 dot product: both within 1e-5 of the largest output
+    (float32 sums of K products; measured <= 3.2e-7)."""
+    w, x = _q8_inputs(m, k, n)
+    ours = testing.q8_matmul(w, x, gemm=True)
+    ggml = testing.q8_matmul(w, x, gemm=False)
+    exact = ours["x"].astype(np.float64) @ ours["w"].astype(np.float64).T
+    scale = np.abs(exact).max()
+    assert ours["y"].shape == (n, m)
+    assert np.abs(ours["y"] - exact).max() < 1e-5 * scale
+    assert np.abs(ours["y"] - ggml["y"]).max() < 1e-5 * scale
+
+
+Q8_PATHS = """
+import sys
+import numpy as np
+from wyoming_kazeia._native import testing
+shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[2:]]
+out = {}
+for m, k, n in shapes:
+    rng = np.random.default_rng(m * k + n)
+    w = rng.standard_normal((m, k), dtype=np.float32)
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    out[f"{m}x{k}x{n}"] = testing.q8_matmul(w, x)["y"]
+np.savez(sys.argv[1], isa=np.array(testing.Q8_GEMM_ISA), **out)
+"""
+
+
+@pytest.mark.parametrize("forced", ["portable", "avx2"])
+def test_q8_gemm_gives_the_same_bits_on_every_path(forced: str, tmp_path: Path) -> None:
+    """Every path of the GEMM (forced by KAZEIA_KERNELS in a fresh process) gives exactly the
+    bits of the path this CPU runs: integer sums are exact and the float steps are the same
+    operations in the same order. (The NEON path: tests/test_arm64.py.)"""
+    if forced == "avx2" and testing.Q8_GEMM_ISA not in ("AVX2", "AVX-512 VNNI"):
+        pytest.skip(f"this CPU has no AVX2 ({testing.Q8_GEMM_ISA})")
+    shapes = [f"{m}x{k}x{n}" for m, k, n in Q8_SHAPES]
+    out = tmp_path / "forced.npz"
+    env = {**os.environ, "KAZEIA_KERNELS": forced}
+    r = subprocess.run(
+        [sys.executable, "-c", Q8_PATHS, str(out), *shapes], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    got = np.load(out)
+    assert str(got["isa"]) == {"portable": "portable", "avx2": "AVX2"}[forced]
+    for m, k, n in Q8_SHAPES:
+        native_y = testing.q8_matmul(*_q8_inputs(m, k, n))["y"]
+        assert np.array_equal(got[f"{m}x{k}x{n}"], native_y), (m, k, n)
+
+
 # /proc/cpuinfo's names for the instruction sets ggml reports (x86 "flags", ARM "Features").
 CPUINFO_NAMES = {"SSE3": "pni", "AVX512": "avx512f", "NEON": "asimd", "AVX_VNNI": "avx_vnni"}
 

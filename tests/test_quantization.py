@@ -8,59 +8,14 @@ the talker (first code of 8 prompts) and the code predictor (15 heads of the fir
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REFERENCE
-from safetensors.numpy import save_file
+from conftest import mid_checkpoint
 
-from wyoming_kazeia.convert import convert_part, part_metadata, part_tensor_specs
+from wyoming_kazeia.convert import convert_part
 from wyoming_kazeia.native import Generator, formats
-
-WIDTH = 256
-
-
-def _mid_checkpoint(out: Path) -> Path:
-    out.mkdir(parents=True)
-    config = json.loads((REFERENCE / "tiny-0.6b" / "model" / "config.json").read_text())
-    tc = config["talker_config"]
-    # Talker and code predictor alike: rows wide enough for every quant block.
-    stack: dict[str, Any] = {
-        "hidden_size": WIDTH,
-        "intermediate_size": 2 * WIDTH,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-    }
-    tc.update(stack, text_hidden_size=WIDTH)
-    tc["code_predictor_config"].update(stack)
-    (out / "config.json").write_text(json.dumps(config))
-    shutil.copy(REFERENCE / "tiny-0.6b" / "model" / "generation_config.json", out)
-    rng = np.random.default_rng(0)
-    tensors: dict[str, np.ndarray] = {}
-    for spec in part_tensor_specs("talker", part_metadata("talker", out)):
-        shape = tuple(reversed(spec["ne"]))
-        n = len(spec["sources"])
-        part = shape[1:] if spec["transform"] == "stack" else (shape[0] // n, *shape[1:])
-        for source in spec["sources"]:
-            if "norm" in source:
-                data = 1.0 + 0.1 * rng.standard_normal(part)
-            elif source.endswith(".bias"):
-                data = 0.1 * rng.standard_normal(part)
-            elif "embedding" in source:
-                data = rng.standard_normal(part)
-            else:  # unit-scale activations; heads a little peakier than that
-                gain = 3.0 if "head" in source else 1.0
-                data = gain * rng.standard_normal(part) / np.sqrt(part[-1])
-            tensors[source] = data.astype(np.float32)
-    save_file(tensors, str(out / "model.safetensors"))
-    return out
 
 
 @pytest.mark.parametrize(("qtype", "max_err"), [("q8_0", 0.01), ("q4_k", 0.1)])
@@ -102,7 +57,7 @@ def test_quantized_logits_close_to_f32(
 ) -> None:
     base = tmp_path_factory.getbasetemp() / "mid"
     if not (base / "talker-f32.gguf").exists():
-        ckpt = _mid_checkpoint(base / "ckpt")
+        ckpt = mid_checkpoint(base / "ckpt")
         convert_part("talker", ckpt, base / "talker-f32.gguf", "f32")
     ckpt = base / "ckpt"
     caplog.set_level(logging.INFO)

@@ -15,6 +15,7 @@
 #include "src/cpu_backend.h"
 #include "src/ggml_raii.h"
 #include "src/ops.h"
+#include "src/q8_gemm.h"
 #include "src/sampler.h"
 #include "src/worker_pool.h"
 
@@ -96,6 +97,53 @@ double read_bandwidth(int64_t megabytes, int threads) {
     return gbs[gbs.size() / 2];
 }
 
+// A q8_0 product y = W x^T as the engine computes it: W [M, K] quantized to q8_0 by ggml, x
+// [n, K] converted to q8_0 as ggml's CPU backend does for a dot product, then either q8_gemm
+// (its M - M % 8 rows; ggml's dot product for the rest, as pool_mul_mat does) or ggml's dot
+// product for every (row, column). Returns y [n, M], the dequantized W and x (what the
+// integer sums see) and the median seconds of `repeats` runs.
+py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int threads,
+                       int repeats) {
+    if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32)
+        throw InputError("q8_matmul: w [M, K] and x [n, K] with K a multiple of 32");
+    if (threads < 1 || repeats < 1) throw InputError("q8_matmul: threads and repeats >= 1");
+    const int64_t M = w.shape(0), K = w.shape(1), n = x.shape(0);
+    const BackendPtr backend(new_cpu_backend());  // initializes ggml's CPU tables (fp16)
+    const size_t row = ggml_row_size(GGML_TYPE_Q8_0, K);
+    std::vector<uint8_t> wq(row * M), xq(row * n);
+    ggml_quantize_chunk(GGML_TYPE_Q8_0, w.data(), wq.data(), 0, M, K, nullptr);
+    const ggml_type_traits_cpu *traits = cpu_backend().type_traits(GGML_TYPE_Q8_0);
+    for (int64_t j = 0; j < n; ++j) traits->from_float(x.data() + j * K, xq.data() + j * row, K);
+    py::array_t<float> y({n, M}), w_deq({M, K}), x_deq({n, K});
+    const ggml_to_float_t to_float = ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float;
+    to_float(wq.data(), w_deq.mutable_data(), M * K);
+    to_float(xq.data(), x_deq.mutable_data(), n * K);
+    WorkerPool pool(threads);
+    float *yd = y.mutable_data();
+    std::vector<double> seconds;
+    for (int rep = 0; rep < repeats; ++rep) {
+        const auto start = std::chrono::steady_clock::now();
+        int64_t m_first = 0;
+        if (gemm) {
+            q8_gemm(wq.data(), (int64_t)row, M, K, xq.data(), n, yd, &pool);
+            m_first = M - M % Q8_GEMM_ROWS;
+        }
+        pool.run(M - m_first, [&](int64_t i) {
+            const int64_t m = m_first + i;
+            for (int64_t j = 0; j < n; ++j)
+                traits->vec_dot((int)K, yd + j * M + m, 0, wq.data() + m * row, 0, xq.data() + j * row, 0, 1);
+        });
+        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(seconds.begin(), seconds.end());
+    py::dict out;
+    out["y"] = y;
+    out["w"] = w_deq;
+    out["x"] = x_deq;
+    out["seconds"] = seconds[seconds.size() / 2];
+    return out;
+}
+
 }  // namespace
 
 void def_testing(py::module_ &m) {
@@ -109,6 +157,11 @@ void def_testing(py::module_ &m) {
         py::arg("x"), "sin(x)^2 as the SnakeBeta kernel computes it (1-D float32 array).");
     m.def("read_bandwidth", &read_bandwidth, py::arg("megabytes") = 256, py::arg("threads") = 2,
           "Memory read bandwidth in GB/s (median of 5 passes over a buffer of that size).");
+    m.def("q8_matmul", &run_q8_matmul, py::arg("w"), py::arg("x"), py::arg("gemm") = true,
+          py::arg("threads") = 2, py::arg("repeats") = 1,
+          "A q8_0 product as the engine computes it (q8_gemm, or gemm=False: ggml's dot product "
+          "per row and column): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
+    m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
     m.def("window_attention", &run_window_attention, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"),
           "The decoder's attention op: q [n, heads, head_dim], k and v [n_kv, kv_heads * "

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 // One vector path per instruction set. On x86-64 the AVX2/FMA/F16C paths are compiled for
 // those instructions function by function (KAZEIA_AVX2_FN) and run only where the CPU has them
@@ -455,6 +456,7 @@ ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, g
 }  // namespace kazeia
 
 #include "ggml-cpu.h"
+#include "q8_gemm.h"
 
 namespace kazeia {
 
@@ -490,6 +492,12 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
         xd = reinterpret_cast<const char *>(converted.data());
     }
     auto *yd = static_cast<float *>(dst->data);
+    int64_t m_first = 0;  // rows below it are done
+    if (w->type == GGML_TYPE_Q8_0 && q8_gemm_pays(n)) {
+        q8_gemm(wd, (int64_t)w->nb[1], M, K, xd, n, yd, pool);
+        m_first = M - M % Q8_GEMM_ROWS;
+        if (m_first == M) return;
+    }
     // Few long tasks: each is one sequential stream through its rows, which the hardware
     // prefetchers serve far better than many short interleaved ones (measured on a 3072 x
     // 1024 q8_0 GEMV, 2 threads: 26 GB/s with 32-row tasks, 35-39 GB/s with 4 tasks per
@@ -500,7 +508,7 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
     const int64_t rows_per_task = (M + n_tasks - 1) / n_tasks;
     const size_t w_row = w->nb[1];
     pool->run(n_tasks, [&](int64_t t) {
-        const int64_t m0 = t * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
+        const int64_t m0 = std::max(m_first, t * rows_per_task), m1 = std::min(M, t * rows_per_task + rows_per_task);
         for (int64_t m = m0; m < m1; ++m) {
             const char *row = wd + m * w_row;
             for (int64_t j = 0; j < n; ++j)
@@ -649,12 +657,14 @@ ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
 
 const char *kernel_isa() {
 #if KAZEIA_AVX2
-    return use_avx2() ? "AVX2 FMA F16C" : "portable (x86-64 baseline)";
+    const char *decoder = use_avx2() ? "AVX2 FMA F16C" : "portable (x86-64 baseline)";
 #elif KAZEIA_NEON
-    return "NEON (fp16 conversion)";
+    const char *decoder = "NEON (fp16 conversion)";
 #else
-    return "portable";
+    const char *decoder = "portable";
 #endif
+    static const std::string isa = std::string(decoder) + ", q8_0 prefill " + q8_gemm_isa();
+    return isa.c_str();
 }
 
 }  // namespace kazeia

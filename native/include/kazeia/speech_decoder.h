@@ -74,8 +74,9 @@ class DecoderStream {
 // process that needs the decoder's facts but does not decode.
 DecoderHParams read_decoder_hparams(const std::string &path);
 
-// The instruction sets the engine's own kernels (SnakeBeta, conv_gemm, the windowed attention)
-// were built for, e.g. "AVX2 FMA F16C", or "portable" (start banners).
+// The instruction sets the engine's own kernels (SnakeBeta, conv_gemm, the windowed attention;
+// then the q8_0 prefill GEMM's path) run here, e.g. "AVX2 FMA F16C, q8_0 prefill AVX-512 VNNI"
+// (start banners).
 const char *kernel_isa();
 
 // Largest number of frames one graph evaluates; longer pushes are split (memory bound).
