@@ -70,6 +70,7 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "silent.wav": np.zeros(48000),
         "short.wav": ref_array(BASE, "ref_audio")[:12000],
         "long.wav": np.tile(ref_array(BASE, "ref_audio"), 18),
+        "ten_seconds.wav": np.tile(ref_array(BASE, "ref_audio"), 9)[:240000],
         "empty.wav": np.zeros(0),
     }.items():
         rec[name] = folder / name
@@ -155,6 +156,22 @@ def test_names_are_safe_and_unique(tmp_path: Path, recordings: dict[str, Path]) 
     assert run("voices", "--data-dir", data, "add", "me", "--audio", ref).returncode == 0
     one_line_error(run("voices", "--data-dir", data, "add", "me", "--audio", ref), "exists")
     one_line_error(run("voices", "--data-dir", data, "remove", "nobody"), "no voice named")
+
+
+def test_a_long_reference_is_taken_with_a_note_on_first_audio(
+    tmp_path: Path, recordings: dict[str, Path]
+) -> None:
+    """Over 8 s, an in-context voice is added, and the user is told that its first audio
+    waits for the whole reference; a voice-print clone of the same recording is not slower,
+    so it gets no note."""
+    data, audio = str(tmp_path), str(recordings["ten_seconds.wav"])
+    icl = run(
+        "voices", "--data-dir", data, "add", "long", "--audio", audio, "--text", "Hello there."
+    )
+    assert icl.returncode == 0, icl.stderr
+    assert "10.0 s long" in icl.stderr and "first audio" in icl.stderr
+    xvec = run("voices", "--data-dir", data, "add", "print", "--audio", audio)
+    assert xvec.returncode == 0 and xvec.stderr == ""
 
 
 def test_a_corrupt_voice_is_reported_and_skipped(
