@@ -177,6 +177,15 @@ class _Testing:
         seed: int,
         n: int,
     ) -> list[int]: ...
+    Q8_GEMM_ISA: str
+    def q8_matmul(
+        self,
+        w: npt.ArrayLike,
+        x: npt.ArrayLike,
+        gemm: bool = True,
+        threads: int = 2,
+        repeats: int = 1,
+    ) -> dict[str, Any]: ...
     def read_bandwidth(self, megabytes: int = 256, threads: int = 2) -> float: ...
     def sin_squared(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
     def window_attention(
