@@ -161,7 +161,7 @@ def test_names_are_safe_and_unique(tmp_path: Path, recordings: dict[str, Path]) 
 def test_a_long_reference_is_taken_with_a_note_on_first_audio(
     tmp_path: Path, recordings: dict[str, Path]
 ) -> None:
-    """Over 8 s, an in-context voice is added, and the user is told that its first audio
+    """Over 6 s, an in-context voice is added, and the user is told that its first audio
     waits for the whole reference; a voice-print clone of the same recording is not slower,
     so it gets no note."""
     data, audio = str(tmp_path), str(recordings["ten_seconds.wav"])

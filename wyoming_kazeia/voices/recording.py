@@ -20,12 +20,13 @@ from ..errors import InputError
 RATE = 24000  # the rate of the Base models' encoders (speaker and speech encoder)
 MIN_SECONDS = 1.0
 # A longer recording makes the prompt of every in-context synthesis longer (12.5 frames per
-# second of reference) and its encoding heavier; 3-8 s of clear speech clone well.
+# second of reference) and its encoding heavier; 3-6 s of clear speech clone well.
 MAX_SECONDS = 20.0
 # Beyond this, an in-context voice's first audio is noticeably later than a built-in
 # speaker's: its talker reads every reference frame first (measured on a 2-core Zen 4 box,
-# 0.6B q8_0: 0.15 s at 3 s, 0.21 s at 6 s, 0.35 s at 10 s, 0.74 s at 20 s; README).
-PROMPT_SECONDS = 8.0
+# 0.6B q8_0: 0.15 s at 3 s, 0.21 s at 6 s, 0.26 s at 7 s, 0.35 s at 10 s, 0.74 s at 20 s;
+# README).
+PROMPT_SECONDS = 6.0
 SILENCE_RMS = 1e-4  # -80 dBFS: nothing to learn a voice from
 
 
@@ -58,12 +59,12 @@ def check(samples: np.ndarray, rate: int, where: str) -> Recording:
     if seconds < MIN_SECONDS:
         raise InputError(
             f"{where} is {seconds:.2f} s long: a voice needs at least {MIN_SECONDS:.0f} s "
-            "(3-8 s of clear speech clone well)"
+            "(3-6 s of clear speech clone well)"
         )
     if seconds > MAX_SECONDS:
         raise InputError(
-            f"{where} is {seconds:.1f} s long: at most {MAX_SECONDS:.0f} s (3-8 s of clear "
-            "speech clone well; cut it, e.g. `sox in.wav out.wav trim 0 8`)"
+            f"{where} is {seconds:.1f} s long: at most {MAX_SECONDS:.0f} s (3-6 s of clear "
+            "speech clone well; cut it, e.g. `sox in.wav out.wav trim 0 6`)"
         )
     if not np.all(np.isfinite(samples)):
         raise InputError(f"{where} holds invalid samples (NaN or infinite)")
