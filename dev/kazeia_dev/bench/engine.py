@@ -45,10 +45,10 @@ from .common import (
     run_json_child,
     warn_if_busy,
 )
-from .targets import ENGINE_TARGETS_BY_MODEL, PEER_NOTES, TARGETS
+from .peers import VOX_VERSION, vox_rows
+from .targets import ENGINE_TARGETS_BY_MODEL, TARGETS
 
 T = TARGETS["engine"]  # this bench's targets (0.6B q8_0; see engine_targets)
-PEERS = PEER_NOTES["engine"]
 # --------------------------------------------------------------------------- engine bench
 
 # The tokenizer files and config.json the engine reads from its model folder (beside the GGUFs).
@@ -181,6 +181,13 @@ def add_parser(subparsers: Any) -> None:
         default=0,
         help="also a row of one synthesis this long (e.g. 1500 = 2 min): its cost per frame "
         "against the k=4 row's, and its peak RSS against the K/V cache it needs (default: none)",
+    )
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help=f"also vox-tts {VOX_VERSION} (PyPI; installed under build/peers/, its model made by "
+        "its own converter from the same random checkpoint), one row per --chunks value with "
+        "the same text, speaker, seed, frames and threads, and the ratios to ours",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=bench_engine)
@@ -452,6 +459,17 @@ def bench_engine(args: argparse.Namespace) -> int:
                 1e3 * row["ttfa_s"],
                 row["peak_rss_mb"],
             )
+        peer_rows: dict[str, dict[str, Any]] = {}
+        if args.peers:
+            checkpoint = ensure_checkpoint(cache_dir, args.size)
+            peer_rows = vox_rows(args, cache_dir, checkpoint, chunks, env)
+            for k in chunks:
+                ours, peer = rows[f"stream_k{k}"], peer_rows[f"vox_k{k}"]
+                peer["ours_vs_peer"] = {
+                    "rtf": ours["rtf"] / peer["rtf"],
+                    "ttfa": ours["ttfa_s"] / peer["ttfa_s"],
+                    "peak_rss": ours["engine_peak_rss_mb"] / peer["peak_rss_mb"],
+                }
         if args.load:
             for name, chunk, subproc in configs:
                 out = tmp / f"{name}-loaded.npy"
@@ -577,7 +595,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         "base_model_dir": None if base_dir is None else str(base_dir),
         "loaded_rows": loaded,
         "targets": targets,
-        "peers_measured_elsewhere": list(PEERS),
+        "peer_rows": peer_rows,
     }
     return print_result(result, engine_table, args.json)
 
@@ -748,7 +766,7 @@ def engine_table(result: dict[str, Any]) -> str:
             f"{_verdict(tg['slowdown_ok'])}"
         )
     lines.append("Targets (2-core AVX2 box): " + "; ".join(parts))
-    lines.append("Peers (DESIGN.md, measured elsewhere, not in this run): " + "; ".join(PEERS))
+    lines += peer_lines(result)
     lines.append(
         "decoder / talker / predictor s = the engine's metrics (decoder: time in push/decode, or "
         "in the kazeia-decoder subprocess with its start and model load); total and TTFA (time "
@@ -761,6 +779,38 @@ def engine_table(result: dict[str, Any]) -> str:
         "whole process (+ the peak of the kazeia-decoder subprocess); medians over the runs."
     )
     return "\n".join(lines)
+
+
+def peer_lines(result: dict[str, Any]) -> list[str]:
+    """The peers' table (``--peers``): each vox row beside our streaming row of that chunk."""
+    peers = result.get("peer_rows") or {}
+    if not peers:
+        return ["Peers: not in this run (--peers measures vox-tts in the same run)"]
+    c, rows = result["config"], result["rows"]
+    first = next(iter(peers.values()))
+    lines = [
+        "",
+        f"Peers in the same run: vox-tts {VOX_VERSION} on {first['model']} "
+        f"({first['model_mb']:.0f} MB, built by its converter from the same checkpoint), "
+        f"device cpu, {c['threads']} threads, the same text, speaker, seed and frames; a warm-up, "
+        f"then {c['repeats']} timed per row (medians); ours = our stream row of the same chunk:",
+        "",
+        "| row | total s | RTF | TTFA ms (cold) | peak RSS MB | ours: RTF | ours: TTFA "
+        "| ours: peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in peers.values():
+        ours = rows[f"stream_k{row['chunk']}"]
+        r = row["ours_vs_peer"]
+        lines.append(
+            f"| vox, {row['chunk']}-frame chunks | {row['total_s']:.2f} | {row['rtf']:.2f} "
+            f"| {1e3 * row['ttfa_s']:.0f} ({1e3 * row['cold_ttfa_s']:.0f}) "
+            f"| {row['peak_rss_mb']:.0f} | {ours['rtf']:.2f} ({r['rtf']:.2f}x) "
+            f"| {1e3 * ours['ttfa_s']:.0f} ({r['ttfa']:.2f}x) "
+            f"| {ours['engine_peak_rss_mb']:.0f} ({r['peak_rss']:.2f}x) |"
+        )
+    lines.append("(ours: our figure and ours / vox's: below 1x, ours is faster or smaller)")
+    return lines
 
 
 PEAK_RSS_WRAPPER = (

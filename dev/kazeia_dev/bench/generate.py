@@ -36,10 +36,9 @@ from .common import (
     run_json_child,
     warn_if_busy,
 )
-from .targets import PEER_NOTES, TARGETS
+from .targets import TARGETS
 
 T = TARGETS["generate"]  # this bench's targets
-PEERS = PEER_NOTES["generate"]
 GEN_TYPES = ("f32", "q8_0", "q4_k")
 # The assistant prompt of GEN_SENTENCE with the real Qwen2 BPE ids (make_reference's default
 # input): used when the checkpoint's tokenizer cannot be loaded.
@@ -262,7 +261,6 @@ def bench_generate(args: argparse.Namespace) -> int:
         "rows": rows,
         "official": official,
         "targets": targets,
-        "peers_measured_elsewhere": list(PEERS),
     }
     return print_result(result, generate_table, args.json)
 
@@ -399,10 +397,7 @@ def generate_table(result: dict[str, Any]) -> str:
         if "q4_total_ok" in tg:
             parts.append(f"q4_k total <= {T['q4_total_ms']:.0f} ms/frame: {ok(tg['q4_total_ok'])}")
         lines.append("Targets (2-core AVX2 box): " + "; ".join(parts))
-    lines.append(
-        "Peers (DESIGN.md, measured elsewhere, not in this run; 2 threads, 40 frames): "
-        + "; ".join(PEERS)
-    )
+    lines.append("Peers: script/bench engine --peers measures vox-tts in the same run")
     lines.append(
         "first frame = from the frames() call to the first frame (start = the frames() call: "
         "text projection, KV cache and graph setup; setup = graph_setup_ms; prefill = talker "

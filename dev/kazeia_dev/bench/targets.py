@@ -39,19 +39,3 @@ ENGINE_TARGETS_BY_MODEL: dict[tuple[str, str], dict[str, float]] = {
     ("1.7b", "q8_0"): {"rtf": 1.8, "ttfa_ms": 200.0, "peak_rss_mb": 2200.0},
     ("1.7b", "q4_k"): {"rtf": 1.4, "ttfa_ms": 200.0, "peak_rss_mb": 2200.0},
 }
-
-# Peer figures quoted beside the reports: measured elsewhere (DESIGN.md section 3, the same random
-# 0.6B weights, 2 threads, 40 frames on one 2-core box), not in the run that prints them.
-PEER_NOTES: dict[str, tuple[str, ...]] = {
-    "generate": (
-        "official PyTorch fp32 1050 ms/frame (talker ~310 + code predictor 758)",
-        "qwentts.cpp q8_0 118 ms/frame (46 + 72), 4.65 GB",
-        "vox q8 129 ms/frame (34 + 95), 1.23 GB",
-    ),
-    "engine": (
-        "vox q8: first audio 0.41 s with 1-frame chunks (1.09 s with 4), RTF 2.9, 1.2 GB",
-        "qwentts.cpp q8_0: first audio 0.92 s, RTF 3.6-3.8, 4.5 GB (~20x slower per frame under "
-        "a competing load)",
-        "official PyTorch: RTF ~16",
-    ),
-}
