@@ -232,3 +232,34 @@ def test_kv_cache_growth_is_exact(gen: Generator) -> None:
     assert np.array_equal(big["codes"], small["codes"])
     for key in ("talker_logits", "talker_hidden", "cp_logits", "step_embeds"):
         assert np.abs(big[key] - small[key]).max() < 1e-4, key
+
+
+def test_teacher_forcing_feeds_the_given_codes(gen: Generator) -> None:
+    """forced_codes (quality measurements): forcing a greedy run's own codes reproduces its
+    trace exactly; forcing other codes records them, keeps the first frame's talker logits
+    (same prompt) and changes what follows; the run ends with the forced frames."""
+    free = gen.trace(IDS, "vivian", "english", False, 12)
+    again = gen.trace(IDS, "vivian", "english", False, 50, forced_codes=free["codes"])
+    assert again["codes"].shape == (12, 16)  # at most the forced frames, despite max_frames
+    for key in ("codes", "talker_logits", "cp_logits", "step_embeds"):
+        assert np.array_equal(again[key], free[key]), key
+    other = (free["codes"] + 7) % 2048
+    forced = gen.trace(IDS, "vivian", "english", False, 12, forced_codes=other)
+    assert np.array_equal(forced["codes"], other)
+    assert np.array_equal(forced["talker_logits"][0], free["talker_logits"][0])
+    assert not np.allclose(forced["talker_logits"][1], free["talker_logits"][1])
+    assert not np.allclose(forced["cp_logits"][0, 1:], free["cp_logits"][0, 1:])
+
+
+@pytest.mark.parametrize(
+    ("codes", "message"),
+    [
+        (np.full((3, 16), 4000), "outside 0..3071"),
+        (np.full((3, 16), -1), "outside 0.."),
+        (np.zeros((3, 15), dtype=np.int32), r"shape \[T >= 1, 16\]"),
+        (np.zeros((3, 16), dtype=np.float32), "integer array"),
+    ],
+)
+def test_bad_forced_codes_are_refused(gen: Generator, codes: np.ndarray, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        gen.trace(IDS, "vivian", "english", False, 3, forced_codes=codes)

@@ -138,6 +138,7 @@ class Generator:
         max_frames: int = 2048,
         kv_block: int = 256,
         voice: Voice | None = None,
+        forced_codes: npt.ArrayLike | None = None,
     ) -> dict[str, npt.NDArray[Any]]: ...
     def text_tokens(self, input_ids: npt.ArrayLike) -> int: ...
     @property

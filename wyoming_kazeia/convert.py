@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -33,7 +34,10 @@ from .native import formats
 
 _LOGGER = logging.getLogger(__name__)
 
-OUT_TYPES = ("f32", "f16", "q8_0", "q4_k")
+OUT_TYPES = ("f32", "f16", "q8_0", "q4_k", "q4_k_mix")
+# q4_k_mix: 4-bit (q4_k) matrices of the talker's attention and MLP, q8_0 everywhere else (code
+# predictor, embeddings, heads, text projection): the mixed scheme vox ships as "q4".
+_MIX_4BIT = re.compile(r"tlk\.blk\.\d+\.(attn_[qkvo]|ffn_(gate|up|down))\.weight")
 # Below this many bytes of output a conversion does not log per-tensor progress.
 _PROGRESS_MIN_BYTES = 64 << 20
 
@@ -241,6 +245,8 @@ def storage_type(spec: dict[str, Any], out_type: str) -> str:
         return "f32"
     if spec["storage"] == "f16_when_quantized":
         return "f16"
+    if out_type == "q4_k_mix":
+        out_type = "q4_k" if _MIX_4BIT.fullmatch(spec["name"]) else "q8_0"
     chosen = fitting_type(out_type, spec["ne"][0])
     if chosen != out_type:
         _LOGGER.info(

@@ -5,7 +5,9 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -164,6 +166,23 @@ class FrameIterator {
     std::unique_ptr<GenerationSession> session_;
     std::tuple<int64_t, double, double, double> stats_{0, 0.0, 0.0, 0.0};
 };
+
+// Teacher-forced frames from an integer array [T, groups] (ranges are checked by the engine).
+std::vector<Frame> forced_frames(const py::array &arr, int64_t groups) {
+    if (arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u')
+        throw InputError("forced_codes must be an integer array");
+    if (arr.ndim() != 2 || arr.shape(1) != (py::ssize_t)groups || arr.shape(0) < 1 ||
+        groups != (int64_t)Frame().size())
+        throw InputError("forced_codes must have shape [T >= 1, " + std::to_string(groups) + "]");
+    auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    std::vector<Frame> out(arr.shape(0));
+    for (size_t i = 0; i < out.size(); ++i)
+        for (int64_t g = 0; g < groups; ++g) {
+            const int64_t v = wide.data()[i * groups + g];
+            out[i][g] = (int32_t)std::clamp<int64_t>(v, -1, INT32_MAX);  // -1: out of range
+        }
+    return out;
+}
 
 }  // namespace
 
@@ -329,11 +348,12 @@ void def_engine(py::module_ &m) {
             "trace",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,
                const std::string &language, bool non_streaming, int max_frames, int kv_block,
-               const VoiceOptions *voice) {
+               const VoiceOptions *voice, const std::optional<py::array> &forced_codes) {
                 auto ids = ids_from(input_ids);
                 auto o = options_from(speaker, voice, language, non_streaming, true, 0,
                                       std::nullopt, std::nullopt, std::nullopt, 1.0f, max_frames);
                 o.kv_block = kv_block;
+                if (forced_codes) o.forced = forced_frames(*forced_codes, g.hparams().num_code_groups);
                 GenerationTrace trace;
                 std::vector<Frame> frames;
                 {
@@ -356,8 +376,11 @@ void def_engine(py::module_ &m) {
             py::arg("input_ids"), py::arg("speaker") = "", py::arg("language") = "auto",
             py::arg("non_streaming") = false, py::arg("max_frames") = 2048,
             py::arg("kv_block") = 256, py::arg("voice") = nullptr,
+            py::arg("forced_codes") = py::none(),
             "Greedy generation (repetition penalty 1) recording every intermediate the official "
-            "reference pins down. kv_block: talker cache growth step (tests).")
+            "reference pins down. kv_block: talker cache growth step (tests). forced_codes "
+            "(int [T, 16]): teacher forcing, frame i is row i whatever the argmax (the logits "
+            "are those of the forced history; quality measurements); at most T frames.")
         .def(
             "text_tokens",
             [](const Generator &g, const py::array &input_ids) { return g.text_tokens(ids_from(input_ids)); },

@@ -14,7 +14,7 @@ CodePredictor::CodePredictor(const TalkerModel &model, ggml_backend_t backend,
             model.cp_proj_b, nullptr, model.cp_heads, backend, pool) {}
 
 void CodePredictor::predict(const float *talker_hidden, Frame &frame, const SamplingParams &params,
-                            Rng &rng, std::vector<float> *trace) {
+                            Rng &rng, std::vector<float> *trace, const Frame *forced) {
     const int64_t d = m_.hp.talker.hidden_size, vocab = m_.hp.predictor.vocab_size;
     const int groups = (int)m_.hp.num_code_groups;
     // Prefill: [talker hidden, codec_embedding(c0)] at positions 0 and 1 -> head 0 -> c1.
@@ -32,7 +32,7 @@ void CodePredictor::predict(const float *talker_hidden, Frame &frame, const Samp
             logits = &step_.logits();
         }
         if (trace) trace->insert(trace->end(), logits->begin(), logits->end());
-        frame[g] = select_token(logits->data(), vocab, params, rng, scratch_);
+        frame[g] = forced ? (*forced)[g] : select_token(logits->data(), vocab, params, rng, scratch_);
     }
 }
 

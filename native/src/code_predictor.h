@@ -17,8 +17,9 @@ class CodePredictor {
 
     // Fills frame[1..15]; frame[0] holds code 0. `trace`, when set, receives the raw logits of
     // the 15 heads [15, vocab].
+    // `forced` (teacher forcing): codes 1..15 are taken from it instead of sampled.
     void predict(const float *talker_hidden, Frame &frame, const SamplingParams &params, Rng &rng,
-                 std::vector<float> *trace);
+                 std::vector<float> *trace, const Frame *forced = nullptr);
 
   private:
     const TalkerModel &m_;

@@ -2,6 +2,7 @@
 // prompt is assembled in prompt.cpp, the talker steps in talker.cpp (TalkerRun).
 #include "kazeia/generator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -73,6 +74,14 @@ struct GenerationSession::State {
           sampling(model.hp, o) {
         if (o.max_frames < 1) throw InputError("max_frames must be >= 1");
         if (o.kv_block < 1) throw InputError("kv_block must be >= 1");
+        for (size_t i = 0; i < o.forced.size(); ++i)
+            for (size_t g = 0; g < o.forced[i].size(); ++g) {
+                const int64_t limit = g ? model.hp.predictor.vocab_size : model.hp.talker.vocab_size;
+                if (o.forced[i][g] < 0 || o.forced[i][g] >= limit)
+                    throw InputError("forced code " + std::to_string(o.forced[i][g]) + " at frame " +
+                                     std::to_string(i) + ", codebook " + std::to_string(g) +
+                                     " is outside 0.." + std::to_string(limit - 1));
+            }
         backend.reset(new_cpu_backend());
         prompt = build_prompt(m, ids, o, backend.get(), &pool);
         const auto t0 = std::chrono::steady_clock::now();
@@ -128,7 +137,9 @@ struct GenerationSession::State {
             record_talker_call();
             started = true;
         }
-        if (n_frames >= opt.max_frames) {
+        const bool forcing = !opt.forced.empty();
+        const int64_t last = forcing ? std::min<int64_t>(opt.max_frames, opt.forced.size()) : opt.max_frames;
+        if (n_frames >= last) {
             done = true;
             return std::nullopt;
         }
@@ -142,7 +153,8 @@ struct GenerationSession::State {
         if (n_frames < 2) scratch[hp.codec_eos_id] = -INFINITY;
         std::vector<float> tmp;
         Frame frame{};
-        frame[0] = select_token(scratch.data(), vocab, sampling.talker, rng, tmp);
+        const Frame *forced = forcing ? &opt.forced[n_frames] : nullptr;
+        frame[0] = forced ? (*forced)[0] : select_token(scratch.data(), vocab, sampling.talker, rng, tmp);
         history.push_back(frame[0]);
         if ((uint32_t)frame[0] == hp.codec_eos_id) {
             done = true;
@@ -150,7 +162,7 @@ struct GenerationSession::State {
         }
         auto t0 = std::chrono::steady_clock::now();
         predictor->predict(talker->hidden().data(), frame, sampling.predictor, rng,
-                           trace ? &trace->cp_logits : nullptr);
+                           trace ? &trace->cp_logits : nullptr, forced);
         predictor_ms += ms_since(t0);
         check_weights();  // the frame was computed from what the file had become
         ++n_frames;
@@ -159,7 +171,7 @@ struct GenerationSession::State {
         // reaches its consumer (the decoder) one talker step sooner. The last allowed frame
         // needs no step, except when tracing every talker call.
         pending_step = frame;
-        if (trace && n_frames == opt.max_frames) talker_step();
+        if (trace && n_frames == last) talker_step();
         return frame;
     }
 };

@@ -27,6 +27,10 @@ Commands (one module per bench, each with its ``bench_<command>`` and its measur
     synthesis: decoder / talker / code-predictor seconds, total, RTF, time to first audio, peak
     RSS, medians over ``--repeats``; then the same rows beside busy competing processes.
 
+``quality``
+    The talker's weight types against f32 on the random checkpoint (``quality.py``): logit
+    error, greedy agreement over ``--frames``, the f16 decoder's audio error.
+
 Progress is logged to stderr; the result goes to stdout as a markdown table, or as one JSON object
 with ``--json``. The random checkpoint and its conversion are cached (default ``.bench/`` in the
 repository root) and reused.
@@ -39,7 +43,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import decoder, engine, generate, server
+from . import decoder, engine, generate, quality, server
 from .common import DEV_ROOT, BenchError, logger, setup_logging
 
 
@@ -50,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stdout).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for bench in (decoder, generate, engine, server):
+    for bench in (decoder, generate, engine, quality, server):
         bench.add_parser(sub)
     args = parser.parse_args(argv)
     setup_logging()

@@ -57,6 +57,9 @@ struct GenerationOptions {
     int max_frames = 0;  // > 0
     // Talker KV cache slots added at a time (the cache grows with the generation).
     int kv_block = 256;
+    // Teacher forcing (quality measurements): frame i is forced[i], whatever the sampler picks
+    // (logits are computed and traced as usual); generation ends after forced.size() frames.
+    std::vector<Frame> forced;
 };
 
 // Everything the reference outputs pin down, recorded when asked (tests).
