@@ -46,7 +46,8 @@ def _kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
 # checkpoints are more forgiving; these bounds catch a broken quantizer or kernel (which gives
 # KL >> 1 and chance-level agreement, ~1/2048).
 @pytest.mark.parametrize(
-    ("qtype", "max_kl", "min_top1"), [("q8_0", 5e-3, 0.95), ("q4_k", 0.3, 0.5)]
+    ("qtype", "max_kl", "min_top1"),
+    [("q8_0", 5e-3, 0.95), ("q4_k", 0.3, 0.5), ("q4_k_mix", 0.3, 0.5)],
 )
 def test_quantized_logits_close_to_f32(
     tmp_path_factory: pytest.TempPathFactory,
@@ -97,3 +98,28 @@ def test_quantized_logits_close_to_f32(
     assert len(cp_ref) >= 8
     assert results["talker_kl"] < max_kl and results["cp_kl"] < max_kl, results
     assert results["talker_top1"] >= min_top1 and results["cp_top1"] >= min_top1, results
+
+
+def test_the_mixed_type_puts_4_bits_on_the_talker_layers_only(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """q4_k_mix: the talker's attention and MLP matrices in q4_k, every other matrix (code
+    predictor, embeddings, heads, text projection) in q8_0, norms and biases f32."""
+    import gguf
+
+    base = tmp_path_factory.getbasetemp() / "mid"
+    path = base / "talker-q4_k_mix.gguf"
+    if not path.exists():
+        if not (base / "ckpt").exists():
+            mid_checkpoint(base / "ckpt")
+        convert_part("talker", base / "ckpt", path, "q4_k_mix")
+    types: dict[str, set[str]] = {}
+    for t in gguf.GGUFReader(path).tensors:
+        if t.name.endswith(("norm.weight", ".bias")):
+            kind = "norm/bias"
+        elif t.name.startswith("tlk.blk."):
+            kind = "talker layer"
+        else:
+            kind = "other matrix"
+        types.setdefault(kind, set()).add(t.tensor_type.name)
+    assert types == {"talker layer": {"Q4_K"}, "other matrix": {"Q8_0"}, "norm/bias": {"F32"}}
