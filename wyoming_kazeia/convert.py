@@ -1,6 +1,6 @@
 """Convert a Hugging Face Qwen3-TTS 12 Hz checkpoint into the GGUF files of the native engine.
 
-    python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR [--type f32|f16|q8_0|q4_k]
+    python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR [--type f32|f16|q8_0|q4_k|q4_k_mix]
 
 writes one GGUF file per model part (OUT_DIR/decoder.gguf: the speech decoder; OUT_DIR/talker.gguf:
 talker, text path and code predictor) and copies the tokenizer files. The parts and their format
@@ -31,10 +31,11 @@ import numpy as np
 
 from .errors import ConversionError
 from .native import formats
+from .settings import QUANT_TYPES
 
 _LOGGER = logging.getLogger(__name__)
 
-OUT_TYPES = ("f32", "f16", "q8_0", "q4_k", "q4_k_mix")
+OUT_TYPES = QUANT_TYPES
 # q4_k_mix: 4-bit (q4_k) matrices of the talker's attention and MLP, q8_0 everywhere else (code
 # predictor, embeddings, heads, text projection): the mixed scheme vox ships as "q4".
 _MIX_4BIT = re.compile(r"tlk\.blk\.\d+\.(attn_[qkvo]|ffn_(gate|up|down))\.weight")

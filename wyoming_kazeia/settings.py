@@ -16,7 +16,9 @@ from typing import Any
 
 from .errors import SettingsError
 
-QUANT_TYPES = ("f32", "f16", "q8_0", "q4_k")
+# The talker's weight types (the converter's --type). q4_k_mix: 4-bit talker attention and MLP,
+# q8_0 elsewhere (README "Which weight type": measured with script/bench quality).
+QUANT_TYPES = ("f32", "f16", "q8_0", "q4_k", "q4_k_mix")
 BACKENDS = ("cpu",)
 
 
