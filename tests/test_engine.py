@@ -134,8 +134,9 @@ def test_cancellation_stops_and_leaks_no_thread(
 
 
 def test_the_one_pass_decode_is_cancellable(model_dir: Path) -> None:
-    """stream_chunk 0 decodes all frames at the end; closing the synthesis during that decode
-    stops it between pushes, not after the whole decode."""
+    """stream_chunk 0 gives its audio at the end (decoded in pushes while the frames come);
+    closing the synthesis while the decoder is behind stops it between pushes, not after the
+    whole decode, and nothing is emitted."""
     eng = Engine(model_dir, EngineSettings(max_frames=1500, seed=1, stream_chunk=0))
     s = eng.synthesize(TEXT, "vivian")
     deadline = time.monotonic() + 60

@@ -103,7 +103,7 @@ class EngineSettings:
     )
     stream_chunk: int = _opt(
         "KZTTS_STREAM_CHUNK",
-        "frames (80 ms each) per decoded audio chunk; 0 decodes once at the end",
+        "frames (80 ms each) per decoded audio chunk; 0: the audio in one piece at the end",
         Bounds(0, 64),
         default=4,
     )
