@@ -254,58 +254,33 @@ KAZEIA_DOTPROD_FN void panel_dotprod(const Panel &p, const Columns &x, int64_t j
 }
 #endif
 
-// The micro-kernel for `cols` (1..MAX_COLS) columns of one panel.
-template <template <int> class Kernel>
-void dispatch_cols(int cols, const Panel &p, const Columns &x, int64_t j0, float *y, int64_t M) {
-    switch (cols) {
-        case 1: return Kernel<1>::run(p, x, j0, y, M);
-        case 2: return Kernel<2>::run(p, x, j0, y, M);
-        case 3: return Kernel<3>::run(p, x, j0, y, M);
-        case 4: return Kernel<4>::run(p, x, j0, y, M);
-        case 5: return Kernel<5>::run(p, x, j0, y, M);
-        case 6: return Kernel<6>::run(p, x, j0, y, M);
-        case 7: return Kernel<7>::run(p, x, j0, y, M);
-        default: return Kernel<8>::run(p, x, j0, y, M);
-    }
-}
-
+// A vector path's micro-kernels, by column count - 1 (1..MAX_COLS columns of one panel).
+using PanelKernel = void (*)(const Panel &, const Columns &, int64_t, float *, int64_t);
+#define KAZEIA_BY_COLS(kernel) \
+    {kernel<1>, kernel<2>, kernel<3>, kernel<4>, kernel<5>, kernel<6>, kernel<7>, kernel<8>}
 #if KAZEIA_Q8_X86
-template <int C>
-struct Vnni {
-    static void run(const Panel &p, const Columns &x, int64_t j0, float *y, int64_t M) {
-        panel_vnni<C>(p, x, j0, y, M);
-    }
-};
-template <int C>
-struct Avx2 {
-    static void run(const Panel &p, const Columns &x, int64_t j0, float *y, int64_t M) {
-        panel_avx2<C>(p, x, j0, y, M);
-    }
-};
+constexpr PanelKernel VNNI_KERNELS[MAX_COLS] = KAZEIA_BY_COLS(panel_vnni);
+constexpr PanelKernel AVX2_KERNELS[MAX_COLS] = KAZEIA_BY_COLS(panel_avx2);
 #endif
 #if KAZEIA_Q8_ARM
-template <int C>
-struct Dotprod {
-    static void run(const Panel &p, const Columns &x, int64_t j0, float *y, int64_t M) {
-        panel_dotprod<C>(p, x, j0, y, M);
-    }
-};
+constexpr PanelKernel DOTPROD_KERNELS[MAX_COLS] = KAZEIA_BY_COLS(panel_dotprod);
 #endif
+#undef KAZEIA_BY_COLS
 
 // All n columns of one panel, MAX_COLS at a time, on this CPU's path.
 void panel_columns(Path path, const Panel &p, const Columns &x, int64_t n, float *y, int64_t M) {
-    for (int64_t j0 = 0; j0 < n; j0 += MAX_COLS) {
-        const int cols = (int)std::min<int64_t>(MAX_COLS, n - j0);
-        switch (path) {
+    const PanelKernel *kernels = nullptr;  // the portable loop takes any column count
 #if KAZEIA_Q8_X86
-            case Path::vnni: dispatch_cols<Vnni>(cols, p, x, j0, y, M); break;
-            case Path::avx2: dispatch_cols<Avx2>(cols, p, x, j0, y, M); break;
+    if (path == Path::vnni) kernels = VNNI_KERNELS;
+    if (path == Path::avx2) kernels = AVX2_KERNELS;
 #endif
 #if KAZEIA_Q8_ARM
-            case Path::dotprod: dispatch_cols<Dotprod>(cols, p, x, j0, y, M); break;
+    if (path == Path::dotprod) kernels = DOTPROD_KERNELS;
 #endif
-            default: panel_portable(p, x, j0, cols, y, M); break;
-        }
+    for (int64_t j0 = 0; j0 < n; j0 += MAX_COLS) {
+        const int cols = (int)std::min<int64_t>(MAX_COLS, n - j0);
+        if (kernels) kernels[cols - 1](p, x, j0, y, M);
+        else panel_portable(p, x, j0, cols, y, M);
     }
 }
 
