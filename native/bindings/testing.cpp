@@ -98,10 +98,9 @@ double read_bandwidth(int64_t megabytes, int threads) {
 }
 
 // A q8_0 product y = W x^T as the engine computes it: W [M, K] quantized to q8_0 by ggml, x
-// [n, K] converted to q8_0 as ggml's CPU backend does for a dot product, then either q8_gemm
-// (its M - M % 8 rows; ggml's dot product for the rest, as pool_mul_mat does) or ggml's dot
-// product for every (row, column). Returns y [n, M], the dequantized W and x (what the
-// integer sums see) and the median seconds of `repeats` runs.
+// [n, K] converted to q8_0 as ggml's CPU backend does for a dot product, then pool_mul_mat's
+// mul_mat_converted with the GEMM or with ggml's dot product only. Returns y [n, M], the
+// dequantized W and x (what the integer sums see) and the median seconds of `repeats` runs.
 py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int threads,
                        int repeats) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32)
@@ -119,20 +118,11 @@ py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int 
     to_float(wq.data(), w_deq.mutable_data(), M * K);
     to_float(xq.data(), x_deq.mutable_data(), n * K);
     WorkerPool pool(threads);
-    float *yd = y.mutable_data();
     std::vector<double> seconds;
     for (int rep = 0; rep < repeats; ++rep) {
         const auto start = std::chrono::steady_clock::now();
-        int64_t m_first = 0;
-        if (gemm) {
-            q8_gemm(wq.data(), (int64_t)row, M, K, xq.data(), n, yd, &pool);
-            m_first = M - M % Q8_GEMM_ROWS;
-        }
-        pool.run(M - m_first, [&](int64_t i) {
-            const int64_t m = m_first + i;
-            for (int64_t j = 0; j < n; ++j)
-                traits->vec_dot((int)K, yd + j * M + m, 0, wq.data() + m * row, 0, xq.data() + j * row, 0, 1);
-        });
+        mul_mat_converted(reinterpret_cast<const char *>(wq.data()), row, GGML_TYPE_Q8_0, M, K,
+                          reinterpret_cast<const char *>(xq.data()), row, n, y.mutable_data(), &pool, gemm);
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(seconds.begin(), seconds.end());

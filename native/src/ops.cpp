@@ -491,33 +491,38 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
         }
         xd = reinterpret_cast<const char *>(converted.data());
     }
-    auto *yd = static_cast<float *>(dst->data);
+    mul_mat_converted(wd, w->nb[1], w->type, M, K, xd, row_size, n, static_cast<float *>(dst->data),
+                      pool, w->type == GGML_TYPE_Q8_0 && q8_gemm_pays(n));
+}
+
+}  // namespace
+
+void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, int64_t K,
+                       const char *x, size_t x_row, int64_t n, float *y, WorkerPool *pool, bool gemm) {
     int64_t m_first = 0;  // rows below it are done
-    if (w->type == GGML_TYPE_Q8_0 && q8_gemm_pays(n)) {
-        q8_gemm(wd, (int64_t)w->nb[1], M, K, xd, n, yd, pool);
+    if (gemm) {
+        GGML_ASSERT(type == GGML_TYPE_Q8_0);
+        q8_gemm(w, (int64_t)w_row, M, K, x, n, y, pool);
         m_first = M - M % Q8_GEMM_ROWS;
-        if (m_first == M) return;
     }
+    const int64_t rows = M - m_first;
+    if (rows == 0) return;
+    const ggml_type_traits_cpu *traits = cpu_backend().type_traits(type);
     // Few long tasks: each is one sequential stream through its rows, which the hardware
     // prefetchers serve far better than many short interleaved ones (measured on a 3072 x
     // 1024 q8_0 GEMV, 2 threads: 26 GB/s with 32-row tasks, 35-39 GB/s with 4 tasks per
     // thread). A few per thread still let a preempted thread's share be taken over.
     const int64_t n_tasks = std::max<int64_t>(
-        1, std::min<int64_t>((M + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
+        1, std::min<int64_t>((rows + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
                              MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
-    const int64_t rows_per_task = (M + n_tasks - 1) / n_tasks;
-    const size_t w_row = w->nb[1];
+    const int64_t rows_per_task = (rows + n_tasks - 1) / n_tasks;
     pool->run(n_tasks, [&](int64_t t) {
-        const int64_t m0 = std::max(m_first, t * rows_per_task), m1 = std::min(M, t * rows_per_task + rows_per_task);
-        for (int64_t m = m0; m < m1; ++m) {
-            const char *row = wd + m * w_row;
+        const int64_t m0 = m_first + t * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
+        for (int64_t m = m0; m < m1; ++m)
             for (int64_t j = 0; j < n; ++j)
-                traits->vec_dot((int)K, yd + j * M + m, 0, row, 0, xd + j * row_size, 0, 1);
-        }
+                traits->vec_dot((int)K, y + j * M + m, 0, w + m * w_row, 0, x + j * x_row, 0, 1);
     });
 }
-
-}  // namespace
 
 ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
                           ggml_tensor *ids) {

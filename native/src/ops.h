@@ -57,6 +57,13 @@ namespace kazeia {
 ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
                           ggml_tensor *ids = nullptr);
 
+// What pool_mul_mat computes once its activations are in the weight's dot type: y [n, M] from W
+// (M rows of w_row bytes, of `type`) and x (n rows of x_row bytes), on `pool`. `gemm` (q8_0
+// only): q8_gemm for the rows of whole 8-row panels; ggml's dot product per (row, column) for
+// every other row. pool_mul_mat sets it when q8_gemm pays; tests compare both choices.
+void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, int64_t K,
+                       const char *x, size_t x_row, int64_t n, float *y, WorkerPool *pool, bool gemm);
+
 }  // namespace kazeia
 
 namespace kazeia {
