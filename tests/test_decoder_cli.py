@@ -111,3 +111,66 @@ def test_cli_usage() -> None:
     r = run()
     assert r.returncode == 2
     assert "usage: kazeia-decoder" in r.stderr
+
+
+def pipe_message(codes: np.ndarray) -> bytes:
+    """One push of the pipe mode: a uint32 frame count, then the frames' int32 codes."""
+    return np.uint32(len(codes)).astype("<u4").tobytes() + codes.astype("<i4").tobytes()
+
+
+def test_pipe_mode_answers_each_push_as_the_streaming_api(
+    decoder_gguf: dict[str, Path], codes_file: tuple[Path, np.ndarray]
+) -> None:
+    """Pushes of 1, 4 and 45 frames give what the same pushes of the API's stream give, and
+    the end of stdin ends the tool well."""
+    _, codes = codes_file
+    model = str(decoder_gguf["tiny-0.6b"])
+    stream = SpeechDecoder(model, threads=2).stream()
+    parts = [codes[:1], codes[1:5], codes[5:]]
+    expected = np.concatenate([stream.push(p) for p in parts])
+    r = subprocess.run(
+        [CLI, model, "--pipe", "--threads", "2"],
+        input=b"".join(pipe_message(p) for p in parts),
+        capture_output=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(np.frombuffer(r.stdout, dtype="<f4"), expected)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("zero_frames", "a push of 0 frames"),
+        ("cut_codes", "stdin ended inside a push's codes"),
+        ("cut_count", "stdin ended inside a frame count"),
+        ("bad_code", "code 4096 at frame 0, codebook 3 is outside 0..2047"),
+    ],
+)
+def test_pipe_mode_bad_input_is_one_line_and_exit_1(
+    decoder_gguf: dict[str, Path], codes_file: tuple[Path, np.ndarray], case: str, message: str
+) -> None:
+    """A bad message after a good push: the good push's samples came, then one line."""
+    _, codes = codes_file
+    good = pipe_message(codes[:2])
+    if case == "zero_frames":
+        bad = pipe_message(codes[:0])
+    elif case == "cut_codes":
+        bad = pipe_message(codes[:3])[:-5]
+    elif case == "cut_count":
+        bad = b"\x03\x00"
+    else:
+        wrong = codes[:2].copy()
+        wrong[0, 3] = 4096
+        bad = pipe_message(wrong)
+    r = subprocess.run(
+        [CLI, str(decoder_gguf["tiny-0.6b"]), "--pipe"],
+        input=good + bad,
+        capture_output=True,
+        timeout=300,
+    )
+    assert r.returncode == 1
+    assert len(r.stdout) == 2 * 1920 * 4
+    lines = r.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kazeia-decoder: "), r.stderr
+    assert re.search(message, lines[0]), lines[0]

@@ -58,11 +58,14 @@ def test_the_voice_texts_tokenize_as_the_official(engines: dict[str, Engine]) ->
     )
 
 
-@pytest.mark.parametrize("stream_chunk", [4, 0])
+@pytest.mark.parametrize(
+    ("stream_chunk", "decoder_subprocess"), [(4, False), (0, False), (4, True), (0, True)]
+)
 def test_a_cloned_voice_speaks_the_officials_audio(
-    engines: dict[str, Engine], stream_chunk: int
+    engines: dict[str, Engine], stream_chunk: int, decoder_subprocess: bool
 ) -> None:
-    """In context: the recording's codes and transcript; streamed or decoded in one pass."""
+    """In context: the recording's codes and transcript; streamed or decoded in one pass, in
+    process or by the kazeia-decoder child (which decodes the reference first, unplayed)."""
     name = "tiny-base-0.6b"
     engine, texts = engines[name], voice_texts(name)
     voice = engine.clone_prompt(ref_array(name, "ref_audio"), 24000, texts["ref_text"])
@@ -70,7 +73,12 @@ def test_a_cloned_voice_speaks_the_officials_audio(
     assert np.array_equal(voice.ref_codes, ref_array(name, "ref_codes"))
     ours = audio_of(
         engine.synthesize(
-            texts["text"], language="english", voice=voice, stream_chunk=stream_chunk, **GREEDY
+            texts["text"],
+            language="english",
+            voice=voice,
+            stream_chunk=stream_chunk,
+            decoder_subprocess=decoder_subprocess,
+            **GREEDY,
         )
     )
     official = ref_array(name, "clone_icl_wav")

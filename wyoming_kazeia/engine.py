@@ -22,14 +22,9 @@ and joins both threads.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import hashlib
 import logging
-import os
 import queue
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 import weakref
@@ -39,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import soundfile as sf
 
 from .convert import TOKENIZER_FILES
+from .decoder_process import DecoderProcess
 from .errors import EngineError, InputError, ModelNotFoundError
 from .native import (
     Generator,
@@ -64,8 +59,8 @@ _LOGGER = logging.getLogger(__name__)
 # streaming decoder (the samples of one decode) while the frames come, so that a cancel is seen
 # between pushes: about 0.1 s of decoding for the 0.6B decoder on 2 cores.
 ONE_PASS_PUSH_FRAMES = 4
-# How long the decoder subprocess may take before it is killed: a base (process start, model
-# load) and a time per frame, both generous (a 2-core box decodes a frame in ~30 ms).
+# How long the decoder subprocess may take to answer a push before it is killed: a base (process
+# start, model load) and a time per frame, both generous (a 2-core box decodes a frame in ~30 ms).
 SUBPROCESS_BASE_S = 30.0
 SUBPROCESS_PER_FRAME_S = 0.5
 # In-context voices whose decoder state (after their reference codes) is kept in memory.
@@ -198,7 +193,7 @@ class _Pipeline:
     # -- threads ---------------------------------------------------------------------------
 
     def _generate(self, it: Any) -> None:
-        streaming = self._settings.stream_chunk > 0 and not self._settings.decoder_subprocess
+        streaming = self._settings.stream_chunk > 0
         try:
             for frame in it:
                 if self._cancel.is_set():
@@ -219,18 +214,16 @@ class _Pipeline:
 
     def _decode(self) -> None:
         k = self._settings.stream_chunk
-        in_process = not self._settings.decoder_subprocess
-        # stream_chunk 0 (one piece of audio at the end) decodes in process too while the frames
-        # come, ONE_PASS_PUSH_FRAMES at a time, and emits the pieces once at the end: the same
-        # pushes as one decode of all frames (the streaming decoder is exact), with the decoder
-        # beside the generator instead of after it (measured: total as the k=4 stream's, was
-        # 1.05x of it; beside two busy processes 1.45x its unloaded time, was 1.69-2.39x).
-        stream = self._primed_stream() if in_process else None
+        # stream_chunk 0 (one piece of audio at the end) decodes while the frames come too,
+        # ONE_PASS_PUSH_FRAMES at a time, and emits the pieces once at the end: the same pushes
+        # as one decode of all frames (the streaming decoder is exact), with the decoder beside
+        # the generator instead of after it (measured: total as the k=4 stream's, was 1.05x of
+        # it; beside two busy processes 1.45x its unloaded time, was 1.69-2.39x).
+        process: DecoderProcess | None = None
         pending: list[np.ndarray] = []
         pieces: list[np.ndarray] = []  # stream_chunk 0: decoded, not yet emitted
 
         def push(frames: list[np.ndarray]) -> None:
-            assert stream is not None
             wav = self._timed(stream.push, np.stack(frames))
             if k:
                 self._emit(wav)
@@ -238,6 +231,15 @@ class _Pipeline:
                 pieces.append(wav)
 
         try:
+            # The subprocess placement's decoder is a child started now, with the synthesis:
+            # its model load and its pushes overlap the generation, as the in-process one's.
+            if self._settings.decoder_subprocess:
+                process = self._engine.decoder_process(self._cancel)
+                if self._context is not None:  # the reference's audio is not played
+                    self._timed(process.push, self._context)
+                stream: Any = process
+            else:
+                stream = self._primed_stream()
             while True:
                 item = self._frames.get()
                 if isinstance(item, Exception):
@@ -250,22 +252,22 @@ class _Pipeline:
                 # The first chunk is a single frame (first audio as soon as possible), then
                 # chunks of k frames (fewer pushes: each push reads all decoder weights).
                 size = (1 if self.metrics.n_chunks == 0 else k) if k else ONE_PASS_PUSH_FRAMES
-                if stream is not None and len(pending) >= size:
+                if len(pending) >= size:
                     push(pending)
                     pending = []
             if self._cancel.is_set():
                 return
-            if stream is None:
-                if pending:
-                    self._emit(self._timed(self._decode_subprocess, np.stack(pending)))
-                return
             if pending:
                 push(pending)
+            if process is not None:
+                process.finish()
             if pieces:
                 self._emit(np.concatenate(pieces))
         except Exception as err:  # noqa: BLE001 - forwarded to the consumer
             self._chunks.put(err)
         finally:
+            if process is not None:
+                process.close()
             self._first_chunk.set()  # never leave the generator waiting
             self._chunks.put(_DONE)
 
@@ -275,12 +277,6 @@ class _Pipeline:
         if self._context is not None:
             self._engine.continue_after(stream, self._context)
         return stream
-
-    def _decode_subprocess(self, codes: np.ndarray) -> np.ndarray | None:
-        if self._context is None:
-            return self._engine.decode_subprocess(codes, self._cancel)
-        wav = self._engine.decode_subprocess(np.concatenate([self._context, codes]), self._cancel)
-        return None if wav is None else wav[len(self._context) * self._engine.hop_length :]
 
     def _timed(self, fn: Any, codes: np.ndarray) -> np.ndarray | None:
         t0 = time.monotonic()
@@ -654,66 +650,16 @@ class Engine:
             _Pipeline(self, ids, speaker, language, settings, voice, non_streaming, greedy)
         )
 
-    def decode_subprocess(
-        self, codes: np.ndarray, cancel: threading.Event | None = None
-    ) -> np.ndarray | None:
-        """Decodes with the kazeia-decoder tool: codes through a temp file, WAV back through the
-        tool's atomic rename. A crash, or no result within its deadline (then it is killed),
-        becomes an EngineError for this synthesis only; `cancel` kills it within ~20 ms and
-        gives None."""
-        with tempfile.TemporaryDirectory(prefix="kazeia-") as tmp:
-            codes_path, wav_path = Path(tmp) / "codes.bin", Path(tmp) / "out.wav"
-            np.ascontiguousarray(codes, dtype="<i4").tofile(codes_path)
-            cmd = [
-                *self.decoder_command,
-                str(self.model_dir / "decoder.gguf"),
-                str(codes_path),
-                str(len(codes)),
-                str(wav_path),
-                "--float",
-                "--threads",
-                str(self.settings.decoder_threads),
-            ]
-            limit = self.subprocess_base_s + self.subprocess_per_frame_s * len(codes)
-            with open(Path(tmp) / "stderr", "w+", encoding="utf-8", errors="replace") as err:
-                returncode = _run_until(cmd, err, cancel, limit)
-                if returncode is None:
-                    return None
-                err.seek(0)
-                reason = err.read().strip().splitlines()[-1:] or [f"exit code {returncode}"]
-            if returncode != 0 or not wav_path.is_file():
-                raise EngineError(f"decoder subprocess failed: {reason[0]}")
-            wav, rate = sf.read(wav_path, dtype="float32")
-            if rate != self.sample_rate or len(wav) != len(codes) * self.hop_length:
-                raise EngineError("decoder subprocess wrote an unexpected WAV")
-            return np.asarray(wav, dtype=np.float32)
-
-
-def _run_until(
-    cmd: list[str], stderr: Any, cancel: threading.Event | None, limit_s: float
-) -> int | None:
-    """Runs `cmd` to its end: its exit code, or None when `cancel` was set first. Killed (with
-    its process group) when cancelled, past `limit_s` (EngineError) or on any error."""
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + limit_s
-    try:
-        while True:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                return proc.wait(0.02)
-            if cancel is not None and cancel.is_set():
-                return None
-            if time.monotonic() > deadline:
-                raise EngineError(
-                    f"decoder subprocess gave no result within {limit_s:.0f} s: killed"
-                )
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    def decoder_process(self, cancel: threading.Event) -> DecoderProcess:
+        """A kazeia-decoder child for one synthesis (the subprocess placement), started now; a
+        crash, or no answer to a push within its deadline (then it is killed), becomes an
+        EngineError for that synthesis only; `cancel` kills it within ~20 ms."""
+        return DecoderProcess(
+            self.decoder_command,
+            str(self.model_dir / "decoder.gguf"),
+            self.settings.decoder_threads,
+            self.hop_length,
+            cancel,
+            self.subprocess_base_s,
+            self.subprocess_per_frame_s,
+        )

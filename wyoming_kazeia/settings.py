@@ -109,7 +109,7 @@ class EngineSettings:
     )
     decoder_subprocess: bool = _opt(
         "KZTTS_DECODER_SUBPROC",
-        "decode in a kazeia-decoder subprocess (one pass at the end)",
+        "decode in a kazeia-decoder child process started with each synthesis",
         Bounds(),
         advanced=True,
         default=False,
