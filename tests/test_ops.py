@@ -129,6 +129,32 @@ def test_the_portable_kernels_run_where_avx2_is_missing(
     assert np.abs(got["full"] - vector).max() < 3e-5
 
 
+def test_the_decoder_gives_the_same_bits_on_the_avx2_and_avx512_paths(
+    decoder_gguf: dict[str, Path], tmp_path: Path
+) -> None:
+    """The decoder GEMM's AVX-512 path (two panels per kernel, where the CPU has AVX-512F) runs
+    every output lane's multiply-adds in the AVX2 path's order: forced to AVX2 in a fresh
+    process, the full and the streamed decode give exactly the same samples."""
+    if "decoder GEMM AVX-512" not in native.KERNEL_ISA:
+        pytest.skip(f"this CPU runs no AVX-512 decoder GEMM ({native.KERNEL_ISA})")
+    codes = ref_codes("tiny-0.6b", "dec_codes")[:40]
+    np.save(tmp_path / "codes.npy", codes)
+    out = tmp_path / "avx2.npz"
+    env = {**os.environ, "KAZEIA_KERNELS": "avx2"}
+    args = [sys.executable, "-c", PORTABLE, str(decoder_gguf["tiny-0.6b"])]
+    r = subprocess.run(
+        [*args, str(tmp_path / "codes.npy"), str(out)], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    got = np.load(out)
+    assert str(got["isa"]).startswith("AVX2 FMA F16C, q8_0")
+    decoder = SpeechDecoder(str(decoder_gguf["tiny-0.6b"]), threads=2)
+    stream = decoder.stream()
+    assert np.array_equal(got["full"], decoder.decode(codes))
+    streamed = np.concatenate([stream.push(codes[i : i + 4]) for i in range(0, len(codes), 4)])
+    assert np.array_equal(got["streamed"], streamed)
+
+
 # Shapes of the q8_0 GEMM: talker-like, rows not a multiple of the 8-row panel (the rest goes
 # through ggml's dot product), column counts around the micro-kernel's 8 and the threshold.
 Q8_SHAPES = [(64, 256, 8), (64, 256, 13), (19, 64, 9), (256, 1024, 30), (40, 96, 17)]
