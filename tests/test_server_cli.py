@@ -392,7 +392,9 @@ def test_logs_a_user_can_act_on(tiny_model: Path, tmp_path: Path) -> None:
 
     banner = line("Kazeia TTS 0.1.0 ready", "Qwen3-TTS")
     assert "CustomVoice" in banner and str(tiny_model) in banner
-    assert "default voice vivian" in line("threads 2 generator + 2 decoder")
+    defaults = EngineSettings()
+    banner = f"threads {defaults.threads} generator + {defaults.decoder_threads} decoder"
+    assert "default voice vivian" in line(banner)
     assert "own kernels" in line("CPU:", "ggml CPU backend")
     spoken = line("INFO", "one-shot request", "spoken")
     assert "voice vivian" in spoken and "language auto" in spoken and "18 characters" in spoken

@@ -89,6 +89,14 @@ def warn_if_busy(machine: dict[str, Any]) -> None:
 CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def machine_info() -> dict[str, Any]:
     """CPU model, CPU counts, CPU flags, ggml build features, load average, OS and Python."""
     cpu = platform.processor() or "unknown"
@@ -107,10 +115,7 @@ def machine_info() -> dict[str, Any]:
         if "cpu family" in fields and "model" in fields:
             cpu += f" (family {fields['cpu family']}, model {fields['model']})"
     flags = set(fields.get("flags", "").split())
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = os.cpu_count() or 0
+    usable = usable_cpus()
     load = loadavg()
     return {
         "cpu": cpu,

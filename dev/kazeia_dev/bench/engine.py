@@ -43,6 +43,7 @@ from .common import (
     parse_chunks,
     print_result,
     run_json_child,
+    usable_cpus,
     warn_if_busy,
 )
 from .peers import VOX_VERSION, vox_rows
@@ -118,9 +119,18 @@ def add_parser(subparsers: Any) -> None:
         help=f"the talker's weight type (default {ENGINE_TALKER_TYPE})",
     )
     p.add_argument("--cache-dir", type=Path, help="default: .bench/ in the repository root")
-    p.add_argument("--threads", type=int, default=2, help="generator threads (default 2)")
+    defaults = EngineSettings()
     p.add_argument(
-        "--decoder-threads", type=int, default=None, help="decoder threads (default: --threads)"
+        "--threads",
+        type=int,
+        default=defaults.threads,
+        help=f"generator threads (default {defaults.threads}, the service's)",
+    )
+    p.add_argument(
+        "--decoder-threads",
+        type=int,
+        default=defaults.decoder_threads,
+        help=f"decoder threads (default {defaults.decoder_threads}, the service's)",
     )
     p.add_argument(
         "--frames",
@@ -370,8 +380,6 @@ def bench_engine(args: argparse.Namespace) -> int:
     """The ``engine`` bench: fresh-process rows (one-shot, streaming, subprocess decoder), then
     the same rows beside a competing load."""
     t = engine_targets(args.size, args.type)
-    if args.decoder_threads is None:
-        args.decoder_threads = args.threads
     if min(args.threads, args.decoder_threads, args.repeats, args.load_repeats) < 1:
         raise BenchError("--threads, --decoder-threads, --repeats, --load-repeats must be >= 1")
     if args.frames < 1 or args.load_procs < 1:
@@ -509,7 +517,7 @@ def bench_engine(args: argparse.Namespace) -> int:
     from wyoming_kazeia import _native
 
     floor: dict[str, float] = weights_read_per_frame(model_dir / "talker.gguf")
-    floor["read_gb_s"] = _native.testing.read_bandwidth(256, args.threads)
+    floor["read_gb_s"] = _native.testing.read_bandwidth(256, min(args.threads, usable_cpus()))
     for part in ("talker", "predictor"):
         floor[f"{part}_floor_ms"] = floor[f"{part}_mb"] / floor["read_gb_s"]
 
@@ -575,6 +583,7 @@ def bench_engine(args: argparse.Namespace) -> int:
             "target_values": t,
             "threads": args.threads,
             "decoder_threads": args.decoder_threads,
+            "bandwidth_threads": min(args.threads, usable_cpus()),
             "frames": args.frames,
             "audio_s": audio_s,
             "repeats": args.repeats,
@@ -670,7 +679,7 @@ def engine_table(result: dict[str, Any]) -> str:
             f"code predictor {alone['predictor_ms']:.1f} ms/frame for "
             f"{floor['predictor_mb']:.0f} MB (floor {floor['predictor_floor_ms']:.1f} ms), at the "
             f"{floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
-            f"({c['threads']} threads)",
+            f"({c['bandwidth_threads']} threads)",
         ]
 
     long_row = result.get("long_row")
@@ -792,7 +801,8 @@ def peer_lines(result: dict[str, Any]) -> list[str]:
         "",
         f"Peers in the same run: vox-tts {VOX_VERSION} on {first['model']} "
         f"({first['model_mb']:.0f} MB, built by its converter from the same checkpoint), "
-        f"device cpu, {c['threads']} threads, the same text, speaker, seed and frames; a warm-up, "
+        f"device cpu, {first['threads']} threads (the box's cores), the same text, speaker, seed "
+        "and frames; a warm-up, "
         f"then {c['repeats']} timed per row (medians); ours = our stream row of the same chunk:",
         "",
         "| row | total s | RTF | TTFA ms (cold) | peak RSS MB | ours: RTF | ours: TTFA "

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, BenchError, logger, run_json_child
+from .common import REPO_ROOT, BenchError, logger, run_json_child, usable_cpus
 
 VOX_VERSION = "0.19.5"
 # Our weight types -> vox's converter options: the talker and code predictor quantized alike,
@@ -114,13 +114,14 @@ def vox_rows(
     rows = {}
     for k in chunks:
         cmd = [
-            str(vox_python()), "-c", VOX_CHILD, str(model), str(args.threads), str(k),
+            str(vox_python()), "-c", VOX_CHILD, str(model), str(usable_cpus()), str(k),
             str(args.frames), str(args.repeats), str(args.seed), args.speaker, args.language,
             args.text,
         ]  # fmt: skip
         row = run_json_child(cmd, f"vox-tts {VOX_VERSION}, {k}-frame chunks", env)
         row["rtf"] = row["total_s"] / row["audio_s"] if row["audio_s"] else float("nan")
         row["chunk"] = k
+        row["threads"] = usable_cpus()
         row["model"] = str(model)
         row["model_mb"] = model.stat().st_size / 1e6
         rows[f"vox_k{k}"] = row

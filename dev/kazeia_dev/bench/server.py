@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wyoming_kazeia.settings import EngineSettings
+
 from .common import (
     REPO_ROOT,
     BenchError,
@@ -55,7 +57,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--model-dir", type=Path, help="a converted model instead of the random one")
     p.add_argument("--frames", type=int, default=40, help="frames per sentence (default 40)")
     p.add_argument("--stream-chunk", type=int, default=4)
-    p.add_argument("--threads", type=int, default=2)
+    defaults = EngineSettings()
+    p.add_argument("--threads", type=int, default=defaults.threads, help="generator threads")
+    p.add_argument("--decoder-threads", type=int, default=defaults.decoder_threads)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=bench_server)
@@ -152,7 +156,7 @@ def bench_server(args: argparse.Namespace) -> int:
         "--threads",
         str(args.threads),
         "--decoder-threads",
-        str(args.threads),
+        str(args.decoder_threads),
         "--seed",
         "0",
     ]
@@ -189,7 +193,7 @@ def bench_server(args: argparse.Namespace) -> int:
     # The server's engine, called in-process: the same model, text and settings.
     row = argparse.Namespace(
         threads=args.threads,
-        decoder_threads=args.threads,
+        decoder_threads=args.decoder_threads,
         frames=args.frames,
         seed=0,
         text=TEXTS[1],
@@ -206,6 +210,7 @@ def bench_server(args: argparse.Namespace) -> int:
         "frames_per_sentence": args.frames,
         "stream_chunk": args.stream_chunk,
         "threads": args.threads,
+        "decoder_threads": args.decoder_threads,
         "rounds": args.rounds,
         "texts": TEXTS,
         "modes": modes,
@@ -224,7 +229,8 @@ def server_table(result: dict[str, Any]) -> str:
         machine_line(result["machine"]),
         f"Model: {result['model']} (random weights, q8_0 talker, f16 decoder); "
         f"{result['frames_per_sentence']} frames per sentence, stream chunk "
-        f"{result['stream_chunk']}, {result['threads']} threads; wyoming-bench medians over "
+        f"{result['stream_chunk']}, {result['threads']} + {result.get('decoder_threads', 2)} "
+        "threads; wyoming-bench medians over "
         f"{result['rounds']} rounds x {len(result['texts'])} texts",
         "",
         "| mode | ok | fail | TTFA ms | total ms | audio s | RTF | TTFA / in-process "
