@@ -2,7 +2,7 @@
 Bridge model (AVX, no AVX2/FMA/F16C) the engine loads ggml's sse42 / sandybridge CPU library
 and our portable kernels, and matches the official reference and the native run: greedy codes
 identical, the decoder within 1e-4 of the official forward and of the native (AVX2) run (fp32;
-only the order of sums differs: measured 2.4e-5 and 1.8e-5 against this box's Zen 4 run).
+only the order of sums differs: measured 2.4e-5 and 1.8e-5 against this box's Zen 5 run).
 
 Below x86-64-v2 (qemu64: no SSSE3/SSE4/POPCNT, numpy's floor) every command exits with one line
 naming what the CPU lacks. OPENBLAS_CORETYPE is removed from the emulated runs' environment: a

@@ -666,33 +666,58 @@ struct AttentionRow {
     float scale;
 };
 
-// One (query, head): scores, softmax, then the weighted sum of the value rows. Always inlined,
-// so that attention_row_avx2 compiles it for AVX2/FMA.
+// A head's key or value rows lie one cache row apart (all heads of a position are together),
+// e.g. 4 KB for the talker: every row starts a new page, where the hardware prefetchers stop,
+// so the rows a few positions ahead are asked for here (measured: a 1500-frame synthesis's
+// talker spent ~3x the time its cache's bytes take to read).
+constexpr int64_t ATTENTION_PREFETCH = 16;  // positions ahead
+inline void prefetch_row(const float *row, bool inside, int64_t n) {
+    if (!inside) return;
+    for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(row + d);  // 64-byte lines
+}
+
+// One (query, key/value head): scores, softmax, then the weighted sum of the value rows, for
+// the `group` query heads that share that key/value head together, so that each key and value
+// row is read once for all of them (a long synthesis's talker attention is bound by reading its
+// cache). Each head's sums run in the same order as one head alone would. Always inlined, so
+// that attention_row_avx2 compiles it for AVX2/FMA.
 __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, int64_t t) {
-    const int64_t i = t / a.nh, h = t % a.nh, g = h / a.group;
-    const float *qv = a.qd + (i * a.nh + h) * a.hd;
+    const int64_t n_groups = a.nh / a.group, i = t / n_groups, g = t % n_groups;
     const float *row_mask = a.md + i * a.n_kv;
-    thread_local std::vector<float> scores;
-    scores.resize(a.n_kv);
-    float max_score = -INFINITY;
+    thread_local std::vector<float> scores, max_score, total;  // scores: [group][n_kv]
+    scores.resize(a.group * a.n_kv);
+    max_score.assign(a.group, -INFINITY);
+    total.assign(a.group, 0.0f);
+    const float *q0 = a.qd + (i * a.nh + g * a.group) * a.hd;
     for (int64_t c = 0; c < a.n_kv; ++c) {
-        scores[c] = row_mask[c] == -INFINITY
-                        ? -INFINITY
-                        : dot(qv, a.kd + c * a.kv_dim + g * a.hd, a.hd) * a.scale + row_mask[c];
-        max_score = std::max(max_score, scores[c]);
+        const float *kv = a.kd + c * a.kv_dim + g * a.hd;
+        prefetch_row(kv + ATTENTION_PREFETCH * a.kv_dim, c + ATTENTION_PREFETCH < a.n_kv, a.hd);
+        for (int64_t h = 0; h < a.group; ++h) {
+            const float s = row_mask[c] == -INFINITY
+                                ? -INFINITY
+                                : dot(q0 + h * a.hd, kv, a.hd) * a.scale + row_mask[c];
+            scores[h * a.n_kv + c] = s;
+            max_score[h] = std::max(max_score[h], s);
+        }
     }
-    float *o = a.od + (i * a.nh + h) * a.hd;
-    std::fill(o, o + a.hd, 0.0f);
-    float total = 0.0f;
+    float *o0 = a.od + (i * a.nh + g * a.group) * a.hd;
+    std::fill(o0, o0 + a.group * a.hd, 0.0f);
     for (int64_t c = 0; c < a.n_kv; ++c) {
-        if (scores[c] == -INFINITY) continue;
-        const float w = std::exp(scores[c] - max_score);
-        total += w;
         const float *vv = a.vd + c * a.kv_dim + g * a.hd;
-        for (int64_t d = 0; d < a.hd; ++d) o[d] += w * vv[d];
+        prefetch_row(vv + ATTENTION_PREFETCH * a.kv_dim, c + ATTENTION_PREFETCH < a.n_kv, a.hd);
+        for (int64_t h = 0; h < a.group; ++h) {
+            const float s = scores[h * a.n_kv + c];
+            if (s == -INFINITY) continue;
+            const float w = std::exp(s - max_score[h]);
+            total[h] += w;
+            float *o = o0 + h * a.hd;
+            for (int64_t d = 0; d < a.hd; ++d) o[d] += w * vv[d];
+        }
     }
-    const float inv = 1.0f / total;
-    for (int64_t d = 0; d < a.hd; ++d) o[d] *= inv;
+    for (int64_t h = 0; h < a.group; ++h) {
+        const float inv = 1.0f / total[h];
+        for (int64_t d = 0; d < a.hd; ++d) o0[h * a.hd + d] *= inv;
+    }
 }
 
 #if KAZEIA_AVX2
@@ -709,11 +734,11 @@ void window_attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata)
                            q->ne[0], nh, k->ne[1], k->ne[0], nh / p->n_kv_heads, p->scale};
 #if KAZEIA_AVX2
     if (use_avx2()) {
-        run_tasks(p->pool, ith, nth, n * nh, [&](int64_t t) { attention_row_avx2(row, t); });
+        run_tasks(p->pool, ith, nth, n * p->n_kv_heads, [&](int64_t t) { attention_row_avx2(row, t); });
         return;
     }
 #endif
-    run_tasks(p->pool, ith, nth, n * nh, [&](int64_t t) { attention_row(row, t); });
+    run_tasks(p->pool, ith, nth, n * p->n_kv_heads, [&](int64_t t) { attention_row(row, t); });
 }
 
 }  // namespace

@@ -301,7 +301,7 @@ void unpack_columns(const void *x, int64_t n, int64_t K, Columns &cols) {
 }
 
 // Below this many columns the repacking costs more than the dot products it speeds up
-// (measured on the talker's matrices, Zen 4 2 threads: see script/bench).
+// (measured on the talker's matrices, Zen 5, 2 threads: see script/bench).
 constexpr int64_t MIN_COLUMNS = 8;
 constexpr int64_t TASKS_PER_THREAD = 4;
 

@@ -71,7 +71,8 @@ def machine_line(m: dict[str, Any]) -> str:
     flags = " ".join(m.get("cpu_flags", [])) or "unknown"
     return (
         f"Machine: {m['cpu']}, {m['cpus']} CPUs ({m['usable_cpus']} usable), CPU flags: {flags}; "
-        f"ggml CPU build: {features}; load average {m['loadavg_at_start']} at start, "
+        f"ggml CPU build: {features}; our kernels: {m.get('kernel_isa', 'unknown')}; load "
+        f"average {m['loadavg_at_start']} at start, "
         f"{m['loadavg_at_end']} at end"
     )
 
@@ -123,6 +124,7 @@ def machine_info() -> dict[str, Any]:
         "usable_cpus": usable,
         "cpu_flags": [f.upper() for f in CPU_FLAGS if f in flags],
         "ggml_cpu_features": native.ggml_cpu_features(),
+        "kernel_isa": native.KERNEL_ISA,
         "loadavg_at_start": load,
         "loadavg_at_end": [],
         "platform": platform.platform(),
