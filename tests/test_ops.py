@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,6 +104,17 @@ np.savez(
 """
 
 
+def decode_with_kernels(forced: str, model: Path, codes: np.ndarray, tmp_path: Path) -> Any:
+    """The PORTABLE script's outputs in a fresh process whose kernels KAZEIA_KERNELS forces."""
+    np.save(tmp_path / "codes.npy", codes)
+    out = tmp_path / f"{forced}.npz"
+    env = {**os.environ, "KAZEIA_KERNELS": forced}
+    args = [sys.executable, "-c", PORTABLE, str(model), str(tmp_path / "codes.npy"), str(out)]
+    r = subprocess.run(args, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return np.load(out)
+
+
 def test_the_portable_kernels_run_where_avx2_is_missing(
     decoder_gguf: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -111,15 +123,7 @@ def test_the_portable_kernels_run_where_avx2_is_missing(
     1e-4 of the official forward and 3e-5 of the AVX2 path (measured 1.3e-5 on the tiny model,
     4.3e-6 on the full-size 0.6B decoder), and streaming still equals the full decode exactly."""
     codes = ref_codes("tiny-0.6b", "dec_codes")[:40]
-    np.save(tmp_path / "codes.npy", codes)
-    out = tmp_path / "portable.npz"
-    env = {**os.environ, "KAZEIA_KERNELS": "portable"}
-    args = [sys.executable, "-c", PORTABLE, str(decoder_gguf["tiny-0.6b"])]
-    r = subprocess.run(
-        [*args, str(tmp_path / "codes.npy"), str(out)], env=env, capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-    got = np.load(out)
+    got = decode_with_kernels("portable", decoder_gguf["tiny-0.6b"], codes, tmp_path)
     assert str(got["isa"]).startswith("portable")
     exact = np.sin(got["xs"].astype(np.float64)) ** 2
     assert np.abs(got["sin2"] - exact).max() < 6e-7
@@ -138,15 +142,7 @@ def test_the_decoder_gives_the_same_bits_on_the_avx2_and_avx512_paths(
     if "decoder GEMM AVX-512" not in native.KERNEL_ISA:
         pytest.skip(f"this CPU runs no AVX-512 decoder GEMM ({native.KERNEL_ISA})")
     codes = ref_codes("tiny-0.6b", "dec_codes")[:40]
-    np.save(tmp_path / "codes.npy", codes)
-    out = tmp_path / "avx2.npz"
-    env = {**os.environ, "KAZEIA_KERNELS": "avx2"}
-    args = [sys.executable, "-c", PORTABLE, str(decoder_gguf["tiny-0.6b"])]
-    r = subprocess.run(
-        [*args, str(tmp_path / "codes.npy"), str(out)], env=env, capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-    got = np.load(out)
+    got = decode_with_kernels("avx2", decoder_gguf["tiny-0.6b"], codes, tmp_path)
     assert str(got["isa"]).startswith("AVX2 FMA F16C, q8_0")
     decoder = SpeechDecoder(str(decoder_gguf["tiny-0.6b"]), threads=2)
     stream = decoder.stream()
