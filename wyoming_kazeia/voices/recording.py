@@ -23,8 +23,8 @@ MIN_SECONDS = 1.0
 # second of reference) and its encoding heavier; 3-6 s of clear speech clone well.
 MAX_SECONDS = 20.0
 # Beyond this, an in-context voice's first audio is noticeably later than a built-in
-# speaker's: its talker reads every reference frame first (measured on a 2-core Zen 4 box,
-# 0.6B q8_0: 0.15 s at 3 s, 0.21 s at 6 s, 0.26 s at 7 s, 0.35 s at 10 s, 0.74 s at 20 s;
+# speaker's: its talker reads every reference frame first (measured on a 2-core Zen 5 box,
+# 0.6B q8_0: 0.12 s at 3 s, 0.19 s at 6 s, 0.24 s at 7 s, 0.35 s at 10 s, 0.79 s at 20 s;
 # README).
 PROMPT_SECONDS = 6.0
 SILENCE_RMS = 1e-4  # -80 dBFS: nothing to learn a voice from
