@@ -4,6 +4,7 @@ unix:// and stdio:// serving, SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -337,22 +338,31 @@ def test_health_check_says_not_ready_while_loading() -> None:
     service.set_loading("downloading Qwen/x: 12%")
     loop = asyncio.new_event_loop()
     started = threading.Event()
+    task: asyncio.Task[None] | None = None
 
     async def main() -> None:
+        nonlocal task
         listening = asyncio.Event()
         task = asyncio.create_task(serve(service, uri, 1024, None, listening))
         await listening.wait()
         started.set()
-        await asyncio.sleep(30)
-        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
     assert started.wait(30)
-    health = [sys.executable, "-m", "wyoming_kazeia.health_check", "--uri", uri]
-    result = subprocess.run(health, capture_output=True, text=True, timeout=30, check=False)
-    assert result.returncode == 1
-    assert result.stdout.startswith("not ready:") and "12%" in result.stdout
+    try:
+        health = [sys.executable, "-m", "wyoming_kazeia.health_check", "--uri", uri]
+        result = subprocess.run(health, capture_output=True, text=True, timeout=30, check=False)
+        assert result.returncode == 1
+        assert result.stdout.startswith("not ready:") and "12%" in result.stdout
+    finally:  # the server ends with the test (it used to outlive it, cut off at exit)
+        assert task is not None
+        loop.call_soon_threadsafe(task.cancel)
+        thread.join(30)
+        assert not thread.is_alive()
+        loop.close()
 
 
 def test_logs_a_user_can_act_on(tiny_model: Path, tmp_path: Path) -> None:
