@@ -353,23 +353,24 @@ inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
 #endif
 }
 
-// One instance per tile width (COLS is a constant: the loops unroll).
-#define KAZEIA_TILE_CASES(kernel)                       \
-    static_assert(NR == 6, "one case per tile width"); \
-    switch (cols) {                                     \
-        case 1: return kernel<T, 1>(a, b, kc, acc);     \
-        case 2: return kernel<T, 2>(a, b, kc, acc);     \
-        case 3: return kernel<T, 3>(a, b, kc, acc);     \
-        case 4: return kernel<T, 4>(a, b, kc, acc);     \
-        case 5: return kernel<T, 5>(a, b, kc, acc);     \
-        default: return kernel<T, 6>(a, b, kc, acc);    \
+// One instance per tile width (COLS is a constant: the loops unroll), called with the arguments
+// that follow the kernel's name.
+#define KAZEIA_TILE_CASES(kernel, ...)                        \
+    static_assert(NR == 6, "one case per tile width");       \
+    switch (cols) {                                           \
+        case 1: return kernel<T, 1>(__VA_ARGS__);             \
+        case 2: return kernel<T, 2>(__VA_ARGS__);             \
+        case 3: return kernel<T, 3>(__VA_ARGS__);             \
+        case 4: return kernel<T, 4>(__VA_ARGS__);             \
+        case 5: return kernel<T, 5>(__VA_ARGS__);             \
+        default: return kernel<T, 6>(__VA_ARGS__);            \
     }
 
 #if KAZEIA_AVX2
 template <typename T>
 KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const T *a, const float *const b[NR],
                                      int64_t kc, float acc[NR][CONV_PANEL]) {
-    KAZEIA_TILE_CASES(micro_kernel_avx2)
+    KAZEIA_TILE_CASES(micro_kernel_avx2, a, b, kc, acc)
 }
 #endif
 
@@ -379,7 +380,7 @@ inline void tile_kernel(int64_t cols, const T *a, const float *const b[NR], int6
 #if KAZEIA_AVX2
     if (use_avx2()) return tile_kernel_avx2<T>(cols, a, b, kc, acc);
 #endif
-    KAZEIA_TILE_CASES(micro_kernel)
+    KAZEIA_TILE_CASES(micro_kernel, a, b, kc, acc)
 }
 
 // Two panels (a, a2) for one column tile: the AVX-512 kernel where the CPU has it (the caller
@@ -388,15 +389,7 @@ template <typename T>
 inline void pair_kernel(int64_t cols, const T *a, const T *a2, const float *const b[NR],
                         int64_t kc, float acc[2][NR][CONV_PANEL]) {
 #if KAZEIA_AVX2
-    static_assert(NR == 6, "one case per tile width");
-    switch (cols) {
-        case 1: return pair_kernel_avx512<T, 1>(a, a2, b, kc, acc);
-        case 2: return pair_kernel_avx512<T, 2>(a, a2, b, kc, acc);
-        case 3: return pair_kernel_avx512<T, 3>(a, a2, b, kc, acc);
-        case 4: return pair_kernel_avx512<T, 4>(a, a2, b, kc, acc);
-        case 5: return pair_kernel_avx512<T, 5>(a, a2, b, kc, acc);
-        default: return pair_kernel_avx512<T, 6>(a, a2, b, kc, acc);
-    }
+    KAZEIA_TILE_CASES(pair_kernel_avx512, a, a2, b, kc, acc)
 #else
     tile_kernel(cols, a, b, kc, acc[0]);
     tile_kernel(cols, a2, b, kc, acc[1]);
@@ -671,8 +664,10 @@ struct AttentionRow {
 // so the rows a few positions ahead are asked for here (measured: a 1500-frame synthesis's
 // talker spent ~3x the time its cache's bytes take to read).
 constexpr int64_t ATTENTION_PREFETCH = 16;  // positions ahead
-inline void prefetch_row(const float *row, bool inside, int64_t n) {
-    if (!inside) return;
+// Asks for the `n` floats of `rows`' row c + ATTENTION_PREFETCH (rows `stride` apart), if any.
+inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t stride, int64_t n) {
+    if (c + ATTENTION_PREFETCH >= n_rows) return;
+    const float *row = rows + (c + ATTENTION_PREFETCH) * stride;
     for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(row + d);  // 64-byte lines
 }
 
@@ -691,7 +686,7 @@ __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, 
     const float *q0 = a.qd + (i * a.nh + g * a.group) * a.hd;
     for (int64_t c = 0; c < a.n_kv; ++c) {
         const float *kv = a.kd + c * a.kv_dim + g * a.hd;
-        prefetch_row(kv + ATTENTION_PREFETCH * a.kv_dim, c + ATTENTION_PREFETCH < a.n_kv, a.hd);
+        prefetch_ahead(a.kd + g * a.hd, c, a.n_kv, a.kv_dim, a.hd);
         for (int64_t h = 0; h < a.group; ++h) {
             const float s = row_mask[c] == -INFINITY
                                 ? -INFINITY
@@ -704,7 +699,7 @@ __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, 
     std::fill(o0, o0 + a.group * a.hd, 0.0f);
     for (int64_t c = 0; c < a.n_kv; ++c) {
         const float *vv = a.vd + c * a.kv_dim + g * a.hd;
-        prefetch_row(vv + ATTENTION_PREFETCH * a.kv_dim, c + ATTENTION_PREFETCH < a.n_kv, a.hd);
+        prefetch_ahead(a.vd + g * a.hd, c, a.n_kv, a.kv_dim, a.hd);
         for (int64_t h = 0; h < a.group; ++h) {
             const float s = scores[h * a.n_kv + c];
             if (s == -INFINITY) continue;
