@@ -13,6 +13,7 @@ import logging
 import numpy as np
 import pytest
 from conftest import mid_checkpoint
+from kazeia_dev.bench.quality import mean_kl
 
 from wyoming_kazeia.convert import convert_part
 from wyoming_kazeia.native import Generator, formats
@@ -29,15 +30,6 @@ def test_weight_error(qtype: str, max_err: float) -> None:
     y = gguf.quants.dequantize(raw, kind[qtype])
     err = float(np.sqrt(((y - x) ** 2).mean() / (x**2).mean()))
     assert 0 < err < max_err
-
-
-def _kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
-    def log_softmax(x: np.ndarray) -> np.ndarray:
-        x = x - x.max(axis=-1, keepdims=True)
-        return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-    lp, lq = log_softmax(p_logits.astype(np.float64)), log_softmax(q_logits.astype(np.float64))
-    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
 
 
 # Bounds. Random Gaussian weights have no structure for 4 bits to exploit: q4_k's weight error
@@ -89,9 +81,9 @@ def test_quantized_logits_close_to_f32(
     )
     c_ref, c_q = np.array(cp_ref), np.array(cp_q)
     results = {
-        "talker_kl": float(_kl(t_ref, t_q).mean()),
+        "talker_kl": mean_kl(t_ref, t_q),
         "talker_top1": float((t_ref.argmax(-1) == t_q.argmax(-1)).mean()),
-        "cp_kl": float(_kl(c_ref, c_q).mean()),
+        "cp_kl": mean_kl(c_ref, c_q),
         "cp_top1": float((c_ref.argmax(-1) == c_q.argmax(-1)).mean()),
     }
     print(f"\n{qtype} vs f32: {results}")  # reported with pytest -s

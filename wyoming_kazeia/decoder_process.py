@@ -68,8 +68,7 @@ class DecoderProcess:
         answer = bytearray()
         with selectors.DefaultSelector() as sel:
             sel.register(self._stdout, selectors.EVENT_READ)
-            if message:
-                sel.register(self._stdin, selectors.EVENT_WRITE)
+            sel.register(self._stdin, selectors.EVENT_WRITE)
             while len(answer) < expected:
                 if self._cancel.is_set():
                     self.kill()

@@ -47,7 +47,7 @@ def _add(library: VoiceLibrary, args: argparse.Namespace) -> StoredVoice:
         if args.text is not None and rec.seconds > recording.PROMPT_SECONDS:
             print(
                 f"note: {args.audio} is {rec.seconds:.1f} s long: an in-context voice reads its "
-                "whole recording before each answer's first audio (~0.35 s at 10 s, ~0.75 s at "
+                "whole recording before each answer's first audio (~0.35 s at 10 s, ~0.8 s at "
                 f"20 s on a 2-core box); {recording.PROMPT_SECONDS:.0f} s or less answers sooner",
                 file=sys.stderr,
             )

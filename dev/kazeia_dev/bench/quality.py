@@ -77,8 +77,9 @@ def _rel_rms(a: np.ndarray, ref: np.ndarray) -> float:
     return float(np.sqrt(np.mean((a - ref) ** 2)) / np.sqrt(np.mean(ref**2)))
 
 
-def _kl(ref_logits: np.ndarray, logits: np.ndarray) -> float:
-    """Mean KL(ref || other) of the softmax distributions, row by row."""
+def mean_kl(ref_logits: np.ndarray, logits: np.ndarray) -> float:
+    """Mean KL(ref || other) of the softmax distributions, row by row (also the bound of
+    tests/test_quantization.py)."""
 
     def log_softmax(x: np.ndarray) -> np.ndarray:
         x = x.astype(np.float64)
@@ -146,7 +147,7 @@ def logit_errors(ref: np.ndarray, other: np.ndarray) -> dict[str, Any]:
     top2 = np.sort(ref, axis=-1)[:, -2:]
     return {
         "rel_rms": _rel_rms(other, ref),
-        "kl": _kl(ref, other),
+        "kl": mean_kl(ref, other),
         "top1": float(np.mean(ref.argmax(-1) == other.argmax(-1))),
         "abs_err": float(np.median(np.abs(other - ref))),
         "margin": float(np.median(top2[:, 1] - top2[:, 0])),
