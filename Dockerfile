@@ -7,7 +7,7 @@
 
 # Build stage: compiles the native extension (scikit-build-core brings CMake from PyPI) and
 # collects the wheels of the package and its dependencies. ggml comes from libggml-python: on
-# amd64 built from its source release with every x86-64 CPU variant (script/ggml-cpu-variants:
+# amd64 built from its source release with every x86-64 CPU variant (script/ggml-wheel:
 # the image runs on CPUs without AVX2), on arm64 its prebuilt wheel.
 FROM python:3.11-slim-bookworm AS build
 RUN apt-get update \
@@ -16,7 +16,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 RUN if [ "$(uname -m)" = "x86_64" ]; then \
-        PYTHON=python script/ggml-cpu-variants --install \
+        PYTHON=python script/ggml-wheel --install \
         && pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels . ; \
     else \
         pip wheel --no-cache-dir --wheel-dir /wheels . ; \

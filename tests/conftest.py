@@ -4,6 +4,7 @@ random model for the service tests."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,15 @@ from kazeia_dev.random_checkpoint import main as random_checkpoint
 from safetensors.numpy import save_file
 
 from wyoming_kazeia.convert import convert, convert_part, part_metadata, part_tensor_specs
+
+# ggml's Vulkan backend skips CPU-type devices unless they are listed: list device 0, so that
+# where ggml was built with Vulkan, CI's lavapipe (Mesa's Vulkan driver on the CPU) is a device
+# for tests/test_gpu_backends.py. Set before anything asks ggml for its devices.
+os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+# Debian 12's lavapipe (Mesa 22.3) crashes in its own worker thread on ggml's fused Vulkan
+# shaders, now and then (1 to 8 runs in 6 crashed, measured; none in 24 without fusion): the
+# tests check ggml's unfused ops there. Real drivers run the fused ones.
+os.environ.setdefault("GGML_VK_DISABLE_FUSION", "1")
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "reference"

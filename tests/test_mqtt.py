@@ -42,6 +42,7 @@ NODE = "kazeia_tts"
 ENTITIES = {
     ("select", "default_voice"),
     ("select", "threads"),
+    ("select", "backend"),
     ("number", "stream_chunk"),
     ("number", "temperature"),
     ("sensor", "ttfa"),
@@ -344,6 +345,8 @@ def test_commands_apply_to_the_next_synthesis(service: TtsService, broker: Broke
                 ("stream_chunk", "8", "8"),
                 ("temperature", "0.5", "0.5"),
                 ("threads", "1", "1"),
+                ("backend", "auto", "auto"),
+                ("backend", "cpu", "cpu"),
                 ("default_voice", "serena-en", "serena-en"),
             ]:
                 await ha.client.publish(f"{NODE}/{key}/set", payload)
@@ -385,6 +388,8 @@ def test_bad_commands_are_rejected_and_the_state_republished(
                 ("temperature", "5"),
                 ("threads", "0"),
                 ("threads", "999"),
+                ("backend", "gpu"),
+                ("backend", "cuda:7"),
                 ("default_voice", "nobody"),
                 ("default_voice", ""),
                 ("default_voice", "x" * (1 << 20)),  # a megabyte: a few lines of log at most

@@ -15,6 +15,7 @@ from wyoming_kazeia.native import tool_path
 
 # ggml's CPU library: the linked one, or one of a variant build's (libkazeia-ggml-cpu-<level>.so)
 CPU_LIBRARY = re.compile(r"libkazeia-ggml-cpu(-[a-z0-9_]+)?\.so")
+GPU_LIBRARIES = ("libkazeia-ggml-vulkan.so", "libkazeia-ggml-cuda.so")
 
 # Loads the stock ggml of libggml-python (as llama-cpp-python or another binding would) before
 # or after our extension, decodes, and reports which ggml libraries the process mapped.
@@ -71,7 +72,9 @@ def test_native_files_are_bundled() -> None:
     assert all(tool.is_file() for tool in tools)
     libs = sorted(p.name for p in (pkg / "lib").iterdir())
     cpu = [name for name in libs if CPU_LIBRARY.fullmatch(name)]
-    assert cpu and sorted({"libkazeia-ggml-base.so", "libkazeia-ggml.so", *cpu}) == libs
+    # A GPU build (script/setup --backend vulkan|cuda) adds its backend's module.
+    gpu = [name for name in libs if name in GPU_LIBRARIES]
+    assert cpu and sorted({"libkazeia-ggml-base.so", "libkazeia-ggml.so", *cpu, *gpu}) == libs
     # One CPU library, or a variant build's set (one per x86-64 level, from x64 up).
     assert cpu == ["libkazeia-ggml-cpu.so"] or "libkazeia-ggml-cpu-x64.so" in cpu
     # What we ship names only the renamed libraries (dynamic section: NEEDED and SONAME).

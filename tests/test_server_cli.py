@@ -65,6 +65,9 @@ def one_line_error(result: subprocess.CompletedProcess[str], message: str) -> No
         (["--threads", "0"], "invalid --threads '0'; allowed: 1..64"),
         (["--threads", "abc"], "invalid --threads 'abc'"),
         (["--stream-chunk", "many"], "invalid --stream-chunk 'many'"),
+        (["--backend", "gpu"], "invalid --backend 'gpu'; allowed: cpu|auto|vulkan[:N]|cuda[:N]"),
+        (["--talker-backend", "cuda:3"], "no compute device 'cuda:3': devices here: cpu"),
+        (["--decoder-backend", "vulkan:5"], "decoder_backend 'vulkan:5'"),
         (["--uri", "unix:///tmp/x.sock", "--zeroconf"], "needs a tcp:// --uri"),
         (["--uri", "http://127.0.0.1:10200"], "invalid --uri 'http://127.0.0.1:10200'"),
         (["--uri", "tcp://127.0.0.1:99999"], "invalid --uri 'tcp://127.0.0.1:99999'"),
@@ -109,9 +112,15 @@ def test_a_model_folder_without_its_tokenizer_is_one_line(tiny_model: Path, tmp_
 def test_help_groups_the_developer_knobs() -> None:
     out = run_cli("--help").stdout
     advanced = out[out.index("advanced (developer knobs)") :]
-    for flag in ("--backend", "--decoder-subprocess", "--max-frames", "--repetition-penalty"):
+    for flag in (
+        "--talker-backend",
+        "--decoder-subprocess",
+        "--max-frames",
+        "--repetition-penalty",
+    ):
         assert flag in advanced
     assert "--threads" not in advanced and "KZTTS_LOG_FORMAT" in out and "KZTTS_DEBUG" in out
+    assert " --backend VALUE" not in advanced and " --backend VALUE" in out  # a user's setting
 
 
 def free_uri() -> list[str]:

@@ -9,7 +9,7 @@ naming what the CPU lacks. OPENBLAS_CORETYPE is removed from the emulated runs' 
 value naming a newer core (this box sets Haswell) makes numpy's OpenBLAS run AVX kernels on the
 emulated CPU, which is not what that CPU would do.
 
-Needs the variant build of ggml (script/ggml-cpu-variants; script/setup installs it on x86-64)
+Needs the variant build of ggml (script/ggml-wheel; script/setup installs it on x86-64)
 and qemu-x86_64; skipped, with the reason, without them.
 """
 
@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which(QEMU) is None, reason="needs qemu-x86_64 (qemu-user-static)"),
     pytest.mark.skipif(
         native.ggml_cpu_variant() == "linked",
-        reason="ggml has one CPU library (AVX2): script/ggml-cpu-variants builds the variants",
+        reason="ggml has one CPU library (AVX2): script/ggml-wheel builds the variants",
     ),
 ]
 

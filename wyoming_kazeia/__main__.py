@@ -28,11 +28,11 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from . import __version__, cpu_floor  # noqa: F401 - cpu_floor first: it checks the CPU
-from .engine import Engine, VoicePrompt
+from .engine import Engine, VoicePrompt, resolve_placements
 from .errors import KazeiaError, SettingsError, VoiceError
 from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
-from .native import KERNEL_ISA, ggml_cpu_features, ggml_cpu_variant
+from .native import KERNEL_ISA, describe_placement, ggml_cpu_features, ggml_cpu_variant
 from .server import serve
 from .service import ModelVoices, TtsService, VoiceModel
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
@@ -199,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = engine_settings(args)
+        resolve_placements(settings)  # a device that is not here: one line, before any loading
         mqtt = MqttConfig.from_args(args)
         check_uri(args.uri)
         if args.max_queue < 0 or args.samples_per_chunk < 1 or not args.max_unsent_mb > 0:
@@ -427,6 +428,13 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         s.stream_chunk,
         service.default_voice,
         len(service.voices.voices),
+    )
+    devices = service.engine.devices
+    _LOGGER.info(
+        "placement: talker %s, code predictor %s, decoder %s",
+        describe_placement(devices["talker"]),
+        describe_placement(devices["predictor"]),
+        "a kazeia-decoder process" if s.decoder_subprocess else describe_placement("cpu"),
     )
     _LOGGER.info(
         "CPU: %s; ggml CPU backend: %s (%s); own kernels: %s",

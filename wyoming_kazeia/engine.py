@@ -37,7 +37,7 @@ import numpy as np
 
 from .convert import TOKENIZER_FILES
 from .decoder_process import DecoderProcess
-from .errors import EngineError, InputError, ModelNotFoundError
+from .errors import EngineError, InputError, ModelNotFoundError, SettingsError
 from .native import (
     Generator,
     SpeakerEncoder,
@@ -46,10 +46,11 @@ from .native import (
     Voice,
     frame_budget,
     read_decoder_hparams,
+    resolve_placement,
     to_pcm16,
     tool_path,
 )
-from .settings import EngineSettings
+from .settings import PARTS, EngineSettings
 from .tokenizer import TextTokenizer
 from .voices.recording import resample
 
@@ -387,6 +388,31 @@ class Synthesis:
             pipeline.cancel()
 
 
+def resolve_placements(settings: EngineSettings) -> dict[str, str]:
+    """The device each model part computes on, by part ("talker": "vulkan:0", ...), as
+    `settings` place them. SettingsError, in one line that lists the devices this build sees
+    here, when one is not here. The speech decoder computes on the CPU only (its own kernels
+    have no GPU formulation yet): following `backend` it stays there, and a GPU named for it
+    in its own setting is refused."""
+    devices = {}
+    for part in PARTS:
+        wanted = settings.placement(part)
+        try:
+            device = resolve_placement(wanted)
+        except ValueError as err:
+            raise SettingsError(f"{part}_backend {wanted!r}: {err}") from None
+        if part == "decoder" and device != "cpu":
+            if settings.decoder_backend is not None and wanted != "auto":
+                raise SettingsError(
+                    f"decoder_backend {wanted!r}: the speech decoder computes on the CPU only "
+                    "in this version (set decoder_backend cpu; the talker and code predictor "
+                    "can use the GPU)"
+                )
+            device = "cpu"
+        devices[part] = device
+    return devices
+
+
 class Engine:
     """A loaded model: talker.gguf, decoder.gguf and the tokenizer of a converted directory."""
 
@@ -402,9 +428,10 @@ class Engine:
         # What the model files were when loaded: a file changed on disk is loaded again
         # before the next synthesis (refresh), never used half old, half new.
         self._files = self._file_states()
+        self.devices = resolve_placements(self.settings)  # SettingsError when one is not here
         # Generator and decoder compute at the same time while streaming: their idle workers
         # yield the cores to each other ("polite" pools).
-        self.generator = self._load_generator(self.settings.threads)
+        self.generator = self._load_generator(self.settings.threads, self.devices)
         # The in-process decoder (245-456 MB) is loaded only where it decodes: with the
         # subprocess placement the kazeia-decoder process holds the only copy.
         # The decoder's facts come from its file, checked now (not per synthesis) also when the
@@ -447,7 +474,7 @@ class Engine:
             return
         _LOGGER.warning("the model files in %s changed on disk: loading them again", self.model_dir)
         files = self._file_states()
-        self.generator = self._load_generator(self.settings.threads)
+        self.generator = self._load_generator(self.settings.threads, self.devices)
         decoder_hp = read_decoder_hparams(str(self.model_dir / "decoder.gguf"))
         self.sample_rate, self.hop_length = decoder_hp.sample_rate, decoder_hp.hop_length
         if self._decoder is not None:
@@ -457,8 +484,14 @@ class Engine:
         self._voice_model_key = None
         self._files = files
 
-    def _load_generator(self, threads: int) -> Generator:
-        return Generator(str(self.model_dir / "talker.gguf"), threads=threads, polite=True)
+    def _load_generator(self, threads: int, devices: dict[str, str]) -> Generator:
+        return Generator(
+            str(self.model_dir / "talker.gguf"),
+            threads=threads,
+            polite=True,
+            talker_device=devices["talker"],
+            predictor_device=devices["predictor"],
+        )
 
     def _load_decoder(self, threads: int) -> SpeechDecoder:
         return SpeechDecoder(str(self.model_dir / "decoder.gguf"), threads=threads, polite=True)
@@ -474,9 +507,11 @@ class Engine:
         """Makes `settings` the defaults of the next syntheses. A thread count is fixed per
         engine object (each owns its worker threads), so a changed one reloads that part
         (the talker file is memory-mapped: a fraction of a second). Call it only while no
-        synthesis runs."""
-        if settings.threads != self.settings.threads:
-            self.generator = self._load_generator(settings.threads)
+        synthesis runs. So does a changed placement (the weights move to the new device)."""
+        devices = resolve_placements(settings)
+        if settings.threads != self.settings.threads or devices != self.devices:
+            self.generator = self._load_generator(settings.threads, devices)
+            self.devices = devices
         if settings.decoder_threads != self.settings.decoder_threads:
             self._decoder = None  # reloaded with the new count when next used
         self.settings = settings

@@ -12,7 +12,8 @@ One device ("Kazeia TTS") is announced through MQTT discovery:
     <node_id>/availability                        online / offline (retained; the last will)
     <prefix>/status                               Home Assistant's "online": discovery again
 
-Entities: select default_voice and threads; number stream_chunk and temperature (an unset
+Entities: select default_voice, threads and backend (the compute device of every model part
+without a placement of its own); number stream_chunk and temperature (an unset
 temperature shows the model's own value); sensors ttfa, rtf, audio_seconds (of the last
 synthesis; "None", i.e. unknown, before the first), served, queue_depth and engine_state.
 
@@ -43,6 +44,7 @@ from typing import Any
 import aiomqtt
 
 from . import __version__
+from .native import compute_devices
 from .service import TtsService
 from .settings import EngineSettings, SettingsError, add_env_argument
 
@@ -195,6 +197,13 @@ class MqttBridge:
         self._thread_options = [
             str(n) for n in sorted(set(range(low, max_threads + 1)) | {service.settings.threads})
         ]
+        # The compute devices this build sees here (listed once: the GPU libraries load then),
+        # "auto", and the current setting, so that Home Assistant can show it.
+        self._backend_options = list(
+            dict.fromkeys(
+                ["cpu", "auto", *(d["id"] for d in compute_devices()), service.settings.backend]
+            )
+        )
         self._build_entities()
         self._sent: dict[str, str] = {}  # state topic -> payload, for this connection
         self._changed = asyncio.Event()
@@ -242,6 +251,18 @@ class MqttBridge:
                     "options": self._thread_options,
                     "entity_category": "config",
                     "icon": "mdi:cpu-64-bit",
+                },
+            ),
+            _Entity(
+                "select",
+                "backend",
+                "Compute device",
+                lambda: service.settings.backend,
+                lambda text: self._set(backend=text),
+                {
+                    "options": self._backend_options,
+                    "entity_category": "config",
+                    "icon": "mdi:expansion-card",
                 },
             ),
             _Entity(

@@ -10,7 +10,7 @@
 
     from wyoming_kazeia.native import Generator
 
-    gen = Generator("model/talker.gguf", threads=2)
+    gen = Generator("model/talker.gguf", threads=2)  # talker_device="vulkan:0": on a GPU
     codes = gen.generate(input_ids, "vivian", "english", seed=7, max_frames=400)  # int32 [T, 16]
     for frame in gen.frames(input_ids, "vivian"):  # each frame's 16 codes as soon as they exist
         ...
@@ -49,9 +49,12 @@ from ._native import (
     SpeechDecoder,
     SpeechEncoder,
     Voice,
+    compute_devices,
+    describe_placement,
     formats,
     frame_budget,
     read_decoder_hparams,
+    resolve_placement,
 )
 from .errors import InputError, ModelError
 
@@ -72,9 +75,12 @@ __all__ = [
     "SpeechEncoder",
     "formats",
     "frame_budget",
+    "compute_devices",
+    "describe_placement",
     "ggml_cpu_features",
     "ggml_cpu_variant",
     "read_decoder_hparams",
+    "resolve_placement",
     "to_pcm16",
     "tool_path",
 ]

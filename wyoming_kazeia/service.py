@@ -45,7 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine import Engine, Synthesis, SynthesisMetrics, VoicePrompt, follows_instructions
+from .engine import (
+    Engine,
+    Synthesis,
+    SynthesisMetrics,
+    VoicePrompt,
+    follows_instructions,
+    resolve_placements,
+)
 from .errors import (
     ModelNotFoundError,
     NotReadyError,
@@ -353,8 +360,11 @@ class TtsService:
         return self._settings
 
     def update_settings(self, **changes: Any) -> EngineSettings:
-        """Validated (SettingsError otherwise); applies from the next synthesis on."""
-        self._settings = self._settings.replace(**changes)
+        """Validated (SettingsError otherwise, also for a device that is not here); applies
+        from the next synthesis on."""
+        settings = self._settings.replace(**changes)
+        resolve_placements(settings)
+        self._settings = settings
         _LOGGER.info("settings changed: %s", changes)
         self._notify()
         return self._settings

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -19,7 +20,8 @@ from .errors import SettingsError
 # The talker's weight types (the converter's --type). q4_k_mix: 4-bit talker attention and MLP,
 # q8_0 elsewhere (README "Which weight type": measured with script/bench quality).
 QUANT_TYPES = ("f32", "f16", "q8_0", "q4_k", "q4_k_mix")
-BACKENDS = ("cpu",)
+# The model parts that can each be placed on a device (their --<part>-backend settings).
+PARTS = ("talker", "predictor", "decoder")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,10 @@ class Bounds:
     high: float | None = None
     low_open: bool = False  # low itself is excluded ("> 0")
     choices: tuple[str, ...] = ()
+    # A text setting's form, a regular expression the whole (lower-cased) value matches, and
+    # that form in words for help texts.
+    pattern: str = ""
+    pattern_text: str = ""
     optional: bool = False  # may be unset (None: the model's value, or random)
     # The range Home Assistant's number entity offers: (min, max, step); defaults to (low,
     # high, 1) for a bounded integer.
@@ -41,6 +47,8 @@ class Bounds:
             return self.optional
         if self.choices:
             return value in self.choices
+        if self.pattern:
+            return isinstance(value, str) and re.fullmatch(self.pattern, value.lower()) is not None
         if isinstance(value, bool):
             return True
         if self.low is not None and not (value > self.low if self.low_open else value >= self.low):
@@ -51,6 +59,8 @@ class Bounds:
         """The allowed values in words: "1..64", "(0, 1] or empty", "f32|f16|q8_0|q4_k"."""
         if self.choices:
             shown = "|".join(self.choices)
+        elif self.pattern:
+            shown = self.pattern_text
         elif kind is bool:
             shown = "true|false"
         elif self.low is not None and self.high is not None:
@@ -72,6 +82,14 @@ class Bounds:
         if self.low is None or self.high is None:
             raise SettingsError("this setting has no bounded range to offer")
         return (self.low, self.high, 1)
+
+
+# Where a model part computes: the CPU, a GPU that a ggml built with Vulkan or CUDA sees
+# (script/setup --backend vulkan|cuda), or "auto", the best device present. Whether the device
+# is there is checked at start (engine.resolve_placements), where the devices are known.
+PLACEMENT = Bounds(
+    pattern=r"cpu|auto|(vulkan|cuda)(:\d+)?", pattern_text="cpu|auto|vulkan[:N]|cuda[:N]"
+)
 
 
 def _num(x: float) -> str:
@@ -159,10 +177,34 @@ class EngineSettings:
         advanced=True,
         default=0,
     )
-    # ggml from PyPI (libggml-python) ships only its CPU backend, and the decoder's own kernels
-    # are CPU code: cpu is the one backend there is to offer.
+    # The default install's ggml has only its CPU backend (a GPU one is an opt-in build), so
+    # the default stays the CPU; a part's own setting overrides this one.
     backend: str = _opt(
-        "KZTTS_BACKEND", "compute backend", Bounds(choices=BACKENDS), advanced=True, default="cpu"
+        "KZTTS_BACKEND",
+        "where the model computes (every part without a setting of its own)",
+        PLACEMENT,
+        default="cpu",
+    )
+    talker_backend: str | None = _opt(
+        "KZTTS_TALKER_BACKEND",
+        "where the talker computes (unset: backend)",
+        dataclasses.replace(PLACEMENT, optional=True),
+        advanced=True,
+        default=None,
+    )
+    predictor_backend: str | None = _opt(
+        "KZTTS_PREDICTOR_BACKEND",
+        "where the code predictor computes (unset: backend)",
+        dataclasses.replace(PLACEMENT, optional=True),
+        advanced=True,
+        default=None,
+    )
+    decoder_backend: str | None = _opt(
+        "KZTTS_DECODER_BACKEND",
+        "where the speech decoder computes (unset: backend)",
+        dataclasses.replace(PLACEMENT, optional=True),
+        advanced=True,
+        default=None,
     )
 
     def __post_init__(self) -> None:
@@ -172,6 +214,12 @@ class EngineSettings:
                     f"invalid {f.name} ({f.metadata['env']}) = {getattr(self, f.name)!r}; "
                     f"allowed: {_allowed(f)}"
                 )
+
+    def placement(self, part: str) -> str:
+        """Where model part `part` (one of PARTS) computes, as set: its own setting, else
+        `backend` (lower-cased; not yet resolved to a device)."""
+        own: str | None = getattr(self, f"{part}_backend")
+        return (own or self.backend).lower()
 
     @staticmethod
     def is_advanced(name: str) -> bool:

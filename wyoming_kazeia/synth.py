@@ -40,7 +40,7 @@ import soundfile as sf
 from .engine import Engine, VoicePrompt
 from .errors import KazeiaError, VoiceError
 from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model
-from .settings import EngineSettings, add_env_argument
+from .settings import PARTS, EngineSettings, add_env_argument
 from .voices import VoiceCatalog, model_language, recording
 from .voices.library import VoiceLibrary
 
@@ -102,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stream-chunk", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--decoder-subprocess", action="store_true")
+    for part in ("", *PARTS):
+        name = f"{part}_backend" if part else "backend"
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            help=f"as the server's (KZTTS_{name.upper()}): {EngineSettings.bounds(name).text(str)}",
+        )
     parser.add_argument("--json-metrics", action="store_true")
     add_data_dir_argument(
         parser, "downloaded and converted models and the voice library, as the server's"
@@ -114,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     overrides: dict[str, Any] = {}
-    for name in ("stream_chunk", "seed", "repetition_penalty", "max_frames"):
+    placements = ("backend", *(f"{part}_backend" for part in PARTS))
+    for name in ("stream_chunk", "seed", "repetition_penalty", "max_frames", *placements):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.decoder_subprocess:

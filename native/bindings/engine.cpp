@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "kazeia/cpu.h"
+#include "kazeia/devices.h"
 #include "kazeia/error.h"
 #include "kazeia/generator.h"
 #include "kazeia/speech_decoder.h"
@@ -268,6 +269,28 @@ void def_engine(py::module_ &m) {
             return d;
         },
         "Which of ggml's CPU kernels run here: {variant, features}.");
+    m.def(
+        "compute_devices",
+        []() {
+            py::list out;
+            for (const ComputeDevice &d : compute_devices()) {
+                py::dict e;
+                e["id"] = d.id;
+                e["description"] = d.description;
+                e["memory_total"] = d.memory_total;
+                e["memory_free"] = d.memory_free;
+                out.append(e);
+            }
+            return out;
+        },
+        "The devices a model part can be placed on: [{id, description, memory_total, "
+        "memory_free}], the CPU first (loads this build's GPU backends at the first call).");
+    m.def("gpu_backends", &gpu_backends, "The GPU backends this build of ggml has: 'vulkan', 'cuda'.");
+    m.def("resolve_placement", &resolve_placement, py::arg("placement"),
+          "The device id a placement names ('cpu', 'vulkan[:N]', 'cuda[:N]', 'auto'); ValueError "
+          "listing the devices when it is not here.");
+    m.def("describe_placement", &describe_placement, py::arg("device_id"),
+          "'cpu' or 'vulkan:0 (device name, memory)' for a resolved device id.");
     m.def("missing_cpu_features", &missing_cpu_features,
           "What this CPU lacks of the floor the build needs (x86-64-v2); empty when it runs.");
     m.attr("PROMPT_ROLE_TOKENS") = PROMPT_ROLE_TOKENS;
@@ -294,8 +317,10 @@ void def_engine(py::module_ &m) {
         .def_property_readonly("reference_frames", [](const VoiceOptions &v) { return v.ref_codes.size(); });
 
     py::class_<Generator>(m, "Generator")
-        .def(py::init<const std::string &, int, bool>(), py::arg("path"), py::arg("threads") = 2,
-             py::arg("polite") = false, py::call_guard<py::gil_scoped_release>())
+        .def(py::init<const std::string &, int, bool, const std::string &, const std::string &>(),
+             py::arg("path"), py::arg("threads") = 2, py::arg("polite") = false,
+             py::arg("talker_device") = "cpu", py::arg("predictor_device") = "cpu",
+             py::call_guard<py::gil_scoped_release>())
         .def(
             "frames",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,
@@ -388,6 +413,8 @@ void def_engine(py::module_ &m) {
             "The number of text tokens of a tokenized assistant prompt (ValueError unless it is one).")
         .def_property_readonly("hparams", [](const Generator &g) { return meta_to_dict(talker_meta_keys(), g.hparams()); })
         .def_property_readonly("threads", &Generator::n_threads)
+        .def_property_readonly("talker_device", &Generator::talker_device)
+        .def_property_readonly("predictor_device", &Generator::predictor_device)
         .def_property_readonly("damaged", &Generator::damaged,
                                "Its talker file changed on disk while in use: reload it.")
         .def_property_readonly("speakers", [](const Generator &g) { return g.hparams().speaker_names; })

@@ -3,7 +3,9 @@
 # links against them. Sets KAZEIA_GGML_LIBS to the files to install beside the extension.
 # A ggml built with GGML_BACKEND_DL (one CPU library per instruction-set level, loaded at run
 # time) has its CPU variants copied too (libkazeia-ggml-cpu-<variant>.so), not linked; the
-# engine then loads the best one itself (src/cpu_backend.cpp, KAZEIA_GGML_CPU_VARIANTS).
+# engine then loads the best one itself (src/cpu_backend.cpp, KAZEIA_GGML_CPU_VARIANTS). A GPU
+# build's Vulkan or CUDA backend is such a module too (libkazeia-ggml-vulkan.so), loaded only
+# when a model part is placed on a GPU (src/devices.cpp).
 find_program(PATCHELF patchelf REQUIRED)
 find_package(Threads REQUIRED)
 
@@ -12,11 +14,11 @@ file(MAKE_DIRECTORY "${_dir}")
 set(KAZEIA_GGML_LIBS "")
 set(_renames "")
 # The CPU variants of a GGML_BACKEND_DL build are imported as ggml::ggml-cpu-<variant> MODULE
-# targets (and there is no ggml::ggml-cpu).
+# targets (and there is no ggml::ggml-cpu), its GPU backends as ggml::ggml-vulkan / ggml-cuda.
 get_property(_imported DIRECTORY PROPERTY IMPORTED_TARGETS)
 set(_modules "")
 foreach(target ${_imported})
-    if(target MATCHES "^ggml::(ggml-cpu-.+)$")
+    if(target MATCHES "^ggml::(ggml-(cpu-.+|vulkan|cuda))$")
         list(APPEND _modules ${CMAKE_MATCH_1})
     endif()
 endforeach()

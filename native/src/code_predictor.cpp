@@ -8,10 +8,12 @@ CodePredictor::CodePredictor(const TalkerModel &model, ggml_backend_t backend,
                              WorkerPool *pool)
     : m_(model),
       cache_(model.hp.predictor, model.hp.num_code_groups, backend),
-      prefill_(model.predictor, cache_, 2, model.hp.talker.hidden_size, model.cp_proj_w,
-               model.cp_proj_b, nullptr, model.cp_heads, backend, pool),
-      step_(model.predictor, cache_, 1, model.hp.talker.hidden_size, model.cp_proj_w,
-            model.cp_proj_b, nullptr, model.cp_heads, backend, pool) {}
+      prefill_(model.predictor_at.stack, cache_, 2, model.hp.talker.hidden_size,
+               model.predictor_at.in_proj_w, model.predictor_at.in_proj_b, nullptr,
+               model.predictor_at.heads, backend, model.predictor_at.on_cpu() ? pool : nullptr),
+      step_(model.predictor_at.stack, cache_, 1, model.hp.talker.hidden_size,
+            model.predictor_at.in_proj_w, model.predictor_at.in_proj_b, nullptr,
+            model.predictor_at.heads, backend, model.predictor_at.on_cpu() ? pool : nullptr) {}
 
 void CodePredictor::predict(const float *talker_hidden, Frame &frame, const SamplingParams &params,
                             Rng &rng, std::vector<float> *trace, const Frame *forced) {

@@ -13,6 +13,7 @@ class CodePredictor {
   public:
     // Builds and allocates its two graphs once: the 2-token prefill and the 1-token step that
     // serves all 14 later sub-steps (position, cache slot, mask and head are inputs).
+    // `backend` as for TalkerRun: the CPU with `pool`, or the predictor placement's device.
     CodePredictor(const TalkerModel &model, ggml_backend_t backend, WorkerPool *pool);
 
     // Fills frame[1..15]; frame[0] holds code 0. `trace`, when set, receives the raw logits of

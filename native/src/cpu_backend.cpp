@@ -21,19 +21,8 @@ namespace {
 const char *const FEATURES[] = {"sse3", "ssse3", "avx",  "avx2", "fma",  "f16c",
                                 "avx_vnni", "avx512", "avx512_vnni", "amx_int8", "neon", "sve"};
 
-// The CPU variant libraries sit beside our ggml-base (renamed libkazeia-ggml-base.so; found by
-// that soname, not by a ggml symbol, which another ggml in the process may have interposed).
-std::string library_dir() {
-    void *base = dlopen("libkazeia-ggml-base.so", RTLD_NOW | RTLD_NOLOAD);
-    char origin[4096] = {0};
-    const bool found = base && dlinfo(base, RTLD_DI_ORIGIN, origin) == 0;
-    if (base) dlclose(base);  // only drops the reference RTLD_NOLOAD took
-    if (!found) throw std::runtime_error("cannot locate the ggml libraries");
-    return origin;
-}
-
 CpuBackend load_best() {
-    const std::string dir = library_dir(), prefix = "libkazeia-ggml-cpu-", suffix = ".so";
+    const std::string dir = ggml_library_dir(), prefix = "libkazeia-ggml-cpu-", suffix = ".so";
     void *best = nullptr;
     int best_score = 0;
     std::string best_variant;
@@ -109,6 +98,19 @@ CpuBackend load_best() {
 #endif
 
 }  // namespace
+
+#if defined(KAZEIA_GGML_CPU_VARIANTS)
+// The CPU variant libraries sit beside our ggml-base (renamed libkazeia-ggml-base.so; found by
+// that soname, not by a ggml symbol, which another ggml in the process may have interposed).
+std::string ggml_library_dir() {
+    void *base = dlopen("libkazeia-ggml-base.so", RTLD_NOW | RTLD_NOLOAD);
+    char origin[4096] = {0};
+    const bool found = base && dlinfo(base, RTLD_DI_ORIGIN, origin) == 0;
+    if (base) dlclose(base);  // only drops the reference RTLD_NOLOAD took
+    if (!found) throw std::runtime_error("cannot locate the ggml libraries");
+    return origin;
+}
+#endif
 
 const CpuBackend &cpu_backend() {
     // Process-wide by nature: ggml's CPU library is loaded into the process once.

@@ -27,6 +27,11 @@ struct CpuBackend {
 // The CPU backend of this process (loaded once; std::runtime_error when no variant runs here).
 const CpuBackend &cpu_backend();
 
+#if defined(KAZEIA_GGML_CPU_VARIANTS)
+// The folder of our ggml libraries (the CPU variants and GPU backends are loaded from there).
+std::string ggml_library_dir();
+#endif
+
 // A new CPU backend computing on one thread (the engine's graphs hand their heavy work to
 // their own worker pools).
 ggml_backend_t new_cpu_backend();

@@ -9,6 +9,8 @@
 
 #include "code_predictor.h"
 #include "cpu_backend.h"
+#include "devices_internal.h"
+#include "kazeia/devices.h"
 #include "kazeia/error.h"
 #include "prompt.h"
 #include "sampler.h"
@@ -54,7 +56,9 @@ struct GenerationSession::State {
     GenerationOptions opt;
     GenerationTrace *trace;
     WorkerPool pool;  // the weight matmuls; the graphs themselves run on this thread
-    BackendPtr backend;
+    BackendPtr backend;  // the CPU: the prompt, and the stacks placed on the CPU
+    // The stacks placed on a GPU: a backend on each device (one when both share it).
+    BackendPtr talker_gpu, predictor_gpu;
     Rng rng;
     Sampling sampling;
     Prompt prompt;
@@ -85,8 +89,15 @@ struct GenerationSession::State {
         backend.reset(new_cpu_backend());
         prompt = build_prompt(m, ids, o, backend.get(), &pool);
         const auto t0 = std::chrono::steady_clock::now();
-        talker = std::make_unique<TalkerRun>(m, prompt, o.max_frames, o.kv_block, backend.get(), &pool);
-        predictor = std::make_unique<CodePredictor>(m, backend.get(), &pool);
+        if (!m.talker_at.on_cpu()) talker_gpu.reset(new_gpu_backend(m.talker_at.device));
+        if (!m.predictor_at.on_cpu() && m.predictor_at.device != m.talker_at.device)
+            predictor_gpu.reset(new_gpu_backend(m.predictor_at.device));
+        ggml_backend_t talker_backend = talker_gpu ? talker_gpu.get() : backend.get();
+        ggml_backend_t predictor_backend = m.predictor_at.on_cpu() ? backend.get()
+                                           : predictor_gpu             ? predictor_gpu.get()
+                                                                       : talker_gpu.get();
+        talker = std::make_unique<TalkerRun>(m, prompt, o.max_frames, o.kv_block, talker_backend, &pool);
+        predictor = std::make_unique<CodePredictor>(m, predictor_backend, &pool);
         graph_setup_ms = ms_since(t0);
         if (trace) {
             trace->hidden = prompt.width;
@@ -176,9 +187,11 @@ struct GenerationSession::State {
     }
 };
 
-Generator::Generator(const std::string &talker_gguf, int n_threads, bool polite) {
+Generator::Generator(const std::string &talker_gguf, int n_threads, bool polite,
+                     const std::string &talker_device, const std::string &predictor_device) {
     if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
-    model_ = std::make_unique<TalkerModel>(talker_gguf, n_threads);
+    model_ = std::make_unique<TalkerModel>(talker_gguf, n_threads, resolve_placement(talker_device),
+                                           resolve_placement(predictor_device));
     model_->polite = polite;
 }
 
@@ -186,6 +199,8 @@ Generator::~Generator() = default;
 
 const TalkerHParams &Generator::hparams() const { return model_->hp; }
 int Generator::n_threads() const { return model_->n_threads; }
+const std::string &Generator::talker_device() const { return model_->talker_at.device; }
+const std::string &Generator::predictor_device() const { return model_->predictor_at.device; }
 bool Generator::damaged() const { return model_->weights.damaged(); }
 int64_t Generator::text_tokens(const std::vector<int32_t> &input_ids) const {
     return prompt_text_tokens(model_->hp, input_ids);

@@ -11,6 +11,23 @@ namespace kazeia {
 namespace {
 constexpr int GRAPH_SIZE = 2048;
 
+// window_attention in ggml's own ops (a GPU placement): q [hd, nh, n], k and v the cache rows
+// in use [hd * nkv, n_kv], mask [n_kv, n] -> [hd * nh, n]. Query head h reads kv head
+// h / (nh / nkv), as ggml_mul_mat broadcasts.
+ggml_tensor *ggml_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
+                            ggml_tensor *mask, const AttentionParams &p) {
+    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], nkv = p.n_kv_heads, n_kv = k->ne[1];
+    auto heads = [&](ggml_tensor *t) {  // [hd * nkv, n_kv] -> [hd, nkv, n_kv]
+        return ggml_view_3d(ctx, t, hd, nkv, n_kv, hd * ggml_element_size(t), t->nb[1], 0);
+    };
+    ggml_tensor *kh = ggml_permute(ctx, heads(k), 0, 2, 1, 3);           // [hd, n_kv, nkv]
+    ggml_tensor *qh = ggml_permute(ctx, q, 0, 2, 1, 3);                  // [hd, n, nh]
+    ggml_tensor *w = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, kh, qh), mask, p.scale, 0.0f);  // [n_kv, n, nh]
+    ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, heads(v), 1, 2, 0, 3));  // [n_kv, hd, nkv]
+    ggml_tensor *o = ggml_permute(ctx, ggml_mul_mat(ctx, vt, w), 0, 2, 1, 3);  // [hd, nh, n]
+    return ggml_reshape_2d(ctx, ggml_cont(ctx, o), hd * nh, n);
+}
+
 void row_to_float(const ggml_tensor *table, int64_t id, float *out) {
     const char *src = static_cast<const char *>(table->data) + id * table->nb[1];
     if (table->type == GGML_TYPE_F32) {
@@ -31,6 +48,49 @@ void add_embedding_row(const ggml_tensor *table, int64_t id, float *out) {
     std::vector<float> row(table->ne[0]);
     row_to_float(table, id, row.data());
     for (int64_t i = 0; i < table->ne[0]; ++i) out[i] += row[i];
+}
+
+std::vector<ggml_tensor *> stack_tensors(const LmStack &stack) {
+    std::vector<ggml_tensor *> out{stack.norm};
+    for (const LmLayer &L : stack.layers)
+        out.insert(out.end(), {L.attn_norm, L.q, L.k, L.v, L.o, L.q_norm, L.k_norm, L.ffn_norm,
+                               L.gate, L.up, L.down});
+    return out;
+}
+
+DeviceCopies::DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,
+                           const char *what) {
+    ggml_init_params params = {ggml_tensor_overhead() * (tensors.size() + 1), nullptr, true};
+    ctx_.reset(ggml_init(params));
+    for (ggml_tensor *t : tensors) {
+        if (!t || copies_.count(t)) continue;
+        ggml_tensor *copy = ggml_dup_tensor(ctx_.get(), t);
+        ggml_set_name(copy, t->name);
+        copies_[t] = copy;
+    }
+    buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), buft));
+    if (!buffer_) throw std::runtime_error(std::string("out of device memory for the ") + what + " weights");
+    ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (const auto &[host, copy] : copies_) ggml_backend_tensor_set(copy, host->data, 0, ggml_nbytes(host));
+}
+
+ggml_tensor *DeviceCopies::operator[](const ggml_tensor *host) const {
+    if (!host) return nullptr;
+    auto it = copies_.find(host);
+    if (it == copies_.end()) throw std::logic_error(std::string("no device copy of ") + host->name);
+    return it->second;
+}
+
+LmStack DeviceCopies::stack(const LmStack &host) const {
+    LmStack s;
+    s.hp = host.hp;
+    s.norm = (*this)[host.norm];
+    for (const LmLayer &L : host.layers) {
+        const DeviceCopies &c = *this;
+        s.layers.push_back(LmLayer{c[L.attn_norm], c[L.q], c[L.k], c[L.v], c[L.o], c[L.q_norm],
+                                   c[L.k_norm], c[L.ffn_norm], c[L.gate], c[L.up], c[L.down]});
+    }
+    return s;
 }
 
 KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend, int64_t capacity_)
@@ -78,7 +138,9 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
     mask_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_ctx_, n);
     for (ggml_tensor *t : {embeds_, positions_, slots_, mask_}) ggml_set_input(t);
 
-    auto mm = [&](ggml_tensor *w, ggml_tensor *t) { return pool_mul_mat(ctx, w, t, pool); };
+    auto mm = [&](ggml_tensor *w, ggml_tensor *t) {
+        return pool ? pool_mul_mat(ctx, w, t, pool) : ggml_mul_mat(ctx, w, t);
+    };
     ggml_tensor *x = embeds_;
     if (in_proj_w) x = ggml_add(ctx, mm(in_proj_w, x), in_proj_b);
     attention_ = AttentionParams{nkv, 1.0f / std::sqrt((float)hd), pool};
@@ -106,7 +168,8 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
         auto in_use = [&](ggml_tensor *all) {
             return ggml_view_2d(ctx, all, all->ne[0], n_ctx_, all->nb[1], 0);
         };
-        ggml_tensor *o = window_attention(ctx, q, in_use(k_all), in_use(v_all), mask_, &attention_);
+        ggml_tensor *o = pool ? window_attention(ctx, q, in_use(k_all), in_use(v_all), mask_, &attention_)
+                              : ggml_attention(ctx, q, in_use(k_all), in_use(v_all), mask_, attention_);
         x = ggml_add(ctx, x, mm(L.o, o));
 
         ggml_tensor *f = norm(x, L.ffn_norm);
@@ -118,7 +181,12 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
     if (heads) {
         head_id_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1);
         ggml_set_input(head_id_);
-        out_logits_ = pool_mul_mat(ctx, heads, out_hidden_, pool, head_id_);
+        out_logits_ = pool ? pool_mul_mat(ctx, heads, out_hidden_, pool, head_id_)
+                           : ggml_reshape_2d(ctx,
+                                             ggml_mul_mat_id(ctx, heads,
+                                                             ggml_reshape_3d(ctx, out_hidden_, hp.hidden_size, 1, 1),
+                                                             ggml_reshape_2d(ctx, head_id_, 1, 1)),
+                                             heads->ne[1], 1);
     } else {
         out_logits_ = mm(head, out_hidden_);
     }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "ggml_raii.h"
@@ -23,6 +24,27 @@ struct LmStack {
     LmHParams hp;
     std::vector<LmLayer> layers;
     ggml_tensor *norm = nullptr;
+};
+
+// Every weight tensor of a stack (its layers and final norm).
+std::vector<ggml_tensor *> stack_tensors(const LmStack &stack);
+
+// Copies of host tensors in one buffer of a device's memory: the weights of a stack placed on
+// a GPU, uploaded once at load.
+class DeviceCopies {
+  public:
+    // std::runtime_error naming `what` when the device's memory cannot hold them.
+    DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,
+                 const char *what);
+    // The copy of `host` (null for null); std::logic_error when it was not copied.
+    ggml_tensor *operator[](const ggml_tensor *host) const;
+    // The stack with every tensor replaced by its copy.
+    LmStack stack(const LmStack &host) const;
+
+  private:
+    GgmlContextPtr ctx_;
+    BufferPtr buffer_;
+    std::unordered_map<const ggml_tensor *, ggml_tensor *> copies_;
 };
 
 // K and V of every layer: [kv_dim, n_ctx] f32 each, in one backend buffer.
@@ -48,7 +70,10 @@ class LmGraph {
     // in_dim: width of the input embeddings; `in_proj` (w [in_dim, hidden] and bias) maps
     // them to the stack's width when set. With `heads` ([hidden, vocab, n]) the output
     // head is chosen per evaluation (set_head); else `head` ([hidden, vocab]) is used.
-    // The weight matmuls run in `pool`; the rest of the graph on the backend's one thread.
+    // With a pool (the CPU placement), the weight matmuls and the attention are our own ops run
+    // in `pool`, the rest of the graph on the backend's one thread. Without one (a GPU
+    // placement), the graph is ggml's own ops only, all computed by `backend`; the weights
+    // must then be in its memory (DeviceCopies).
     LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t in_dim,
             ggml_tensor *in_proj_w, ggml_tensor *in_proj_b, ggml_tensor *head,
             ggml_tensor *heads, ggml_backend_t backend, WorkerPool *pool);

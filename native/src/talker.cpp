@@ -4,6 +4,7 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "devices_internal.h"
 #include "kazeia/error.h"
 #include "ops.h"
 #include "prompt.h"
@@ -57,7 +58,20 @@ LmStack bind_stack(const GgufWeights &w, const char *prefix, const LmHParams &hp
 }
 }  // namespace
 
-TalkerModel::TalkerModel(const std::string &path, int threads)
+StackPlacement::StackPlacement(const std::string &device_id, const LmStack &host, ggml_tensor *in_w,
+                               ggml_tensor *in_b, ggml_tensor *head_, ggml_tensor *heads_, const char *what)
+    : device(device_id), stack(host), in_proj_w(in_w), in_proj_b(in_b), head(head_), heads(heads_) {
+    if (on_cpu()) return;
+    std::vector<ggml_tensor *> tensors = stack_tensors(host);
+    tensors.insert(tensors.end(), {in_w, in_b, head_, heads_});
+    tensors.erase(std::remove(tensors.begin(), tensors.end(), nullptr), tensors.end());
+    copies = std::make_unique<DeviceCopies>(tensors, ggml_backend_dev_buffer_type(gpu_device(device)), what);
+    stack = copies->stack(host);
+    in_proj_w = (*copies)[in_w], in_proj_b = (*copies)[in_b], head = (*copies)[head_], heads = (*copies)[heads_];
+}
+
+TalkerModel::TalkerModel(const std::string &path, int threads, const std::string &talker_device,
+                         const std::string &predictor_device)
     : weights(path, talker_part(), GgufWeights::Mapped{}), n_threads(threads) {
     weights.read_meta(talker_meta_keys(), hp);
     check(weights, hp);
@@ -77,6 +91,9 @@ TalkerModel::TalkerModel(const std::string &path, int threads)
     }
     cp_embd = weights.tensor(tlk_name::CP_EMBD);
     cp_heads = weights.tensor(tlk_name::CP_HEADS);
+    talker_at = StackPlacement(talker_device, talker, nullptr, nullptr, head, nullptr, "talker");
+    predictor_at = StackPlacement(predictor_device, predictor, cp_proj_w, cp_proj_b, nullptr, cp_heads,
+                                  "code predictor");
 }
 
 bool TalkerModel::find_prefix(const std::vector<int32_t> &key, PrefixKv &out) const {
@@ -132,18 +149,18 @@ std::vector<float> TalkerModel::text_projection(const std::vector<int32_t> &ids,
 
 TalkerRun::TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, int64_t kv_block,
                      ggml_backend_t backend, WorkerPool *pool)
-    : m_(m), backend_(backend), pool_(pool), kv_block_(kv_block) {
+    : m_(m), backend_(backend), pool_(m.talker_at.on_cpu() ? pool : nullptr), kv_block_(kv_block) {
     const LmHParams &tk = m.hp.talker;
     // One slot per prompt row and per step, allocated in growing blocks: a large step budget
     // costs nothing until it is used, and attention never runs over more empty slots than one
     // block.
     cache_ = std::make_unique<KvCache>(tk, prompt.rows() + std::min(steps, kv_block) + 1, backend,
                                        prompt.rows() + steps + 1);
-    prefill_graph_ = std::make_unique<LmGraph>(m.talker, *cache_, prompt.rows() - prompt.voice_rows,
-                                               tk.hidden_size, nullptr, nullptr, m.head, nullptr,
-                                               backend, pool);
-    step_graph_ = std::make_unique<LmGraph>(m.talker, *cache_, 1, tk.hidden_size, nullptr, nullptr,
-                                            m.head, nullptr, backend, pool);
+    prefill_graph_ = std::make_unique<LmGraph>(m.talker_at.stack, *cache_, prompt.rows() - prompt.voice_rows,
+                                               tk.hidden_size, nullptr, nullptr, m.talker_at.head, nullptr,
+                                               backend, pool_);
+    step_graph_ = std::make_unique<LmGraph>(m.talker_at.stack, *cache_, 1, tk.hidden_size, nullptr,
+                                            nullptr, m.talker_at.head, nullptr, backend, pool_);
 }
 
 void TalkerRun::prefill(const Prompt &prompt) {
@@ -172,8 +189,8 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
         }
         return;
     }
-    LmGraph voice(m_.talker, *cache_, rows, tk.hidden_size, nullptr, nullptr, m_.head, nullptr,
-                  backend_, pool_);
+    LmGraph voice(m_.talker_at.stack, *cache_, rows, tk.hidden_size, nullptr, nullptr, m_.talker_at.head,
+                  nullptr, backend_, pool_);
     voice.eval(prompt.prefill.data(), 0);
     entry.key = prompt.voice_key;
     entry.rows = rows;
@@ -195,8 +212,8 @@ void TalkerRun::grow(int64_t slots) {
     cache_->extend(slots);  // (at most its capacity)
     step_graph_.reset();
     prefill_graph_.reset();  // done with
-    step_graph_ = std::make_unique<LmGraph>(m_.talker, *cache_, 1, tk.hidden_size, nullptr, nullptr,
-                                            m_.head, nullptr, backend_, pool_);
+    step_graph_ = std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, 1, tk.hidden_size, nullptr,
+                                            nullptr, m_.talker_at.head, nullptr, backend_, pool_);
 }
 
 }  // namespace kazeia

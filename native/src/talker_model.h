@@ -17,6 +17,21 @@
 
 namespace kazeia {
 
+// Where one LM stack computes and the tensors its graphs read there: the model's own (mapped)
+// tensors on the CPU, copies in the device's memory on a GPU.
+struct StackPlacement {
+    std::string device = "cpu";  // a resolved device id (devices.h)
+    std::unique_ptr<DeviceCopies> copies;
+    LmStack stack;
+    ggml_tensor *in_proj_w = nullptr, *in_proj_b = nullptr, *head = nullptr, *heads = nullptr;
+
+    StackPlacement() = default;
+    // `head` or `heads` as LmGraph takes them; `in_proj_*` may be null.
+    StackPlacement(const std::string &device, const LmStack &host, ggml_tensor *in_proj_w,
+                   ggml_tensor *in_proj_b, ggml_tensor *head, ggml_tensor *heads, const char *what);
+    bool on_cpu() const { return device == "cpu"; }
+};
+
 struct TalkerModel {
     GgufWeights weights;  // memory-mapped: untouched rows of the text table stay on disk
     TalkerHParams hp;
@@ -27,7 +42,11 @@ struct TalkerModel {
     ggml_tensor *head;
     ggml_tensor *cp_proj_w = nullptr, *cp_proj_b = nullptr, *cp_embd, *cp_heads;
 
-    TalkerModel(const std::string &path, int threads);
+    // Where the talker stack and the code predictor compute (resolved device ids).
+    StackPlacement talker_at, predictor_at;
+
+    TalkerModel(const std::string &path, int threads, const std::string &talker_device = "cpu",
+                const std::string &predictor_device = "cpu");
 
     // The prompt rows before the text depend only on the voice (role tokens, language and
     // speaker codec tokens): their talker K/V are computed once per voice and reused, so a
@@ -60,6 +79,8 @@ struct Prompt;
 class TalkerRun {
   public:
     // Room for the prompt and `steps` steps, allocated `kv_block` steps at a time.
+    // `backend` computes the talker stack: the CPU with `pool`, or the device of the model's
+    // talker placement (pool unused).
     TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, int64_t kv_block,
               ggml_backend_t backend, WorkerPool *pool);
     // The prompt's rows; then logits() and hidden() are those of its last row.

@@ -63,6 +63,8 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ref-seconds", type=float, default=6.0)
     p.add_argument("--also-load", type=Path, help="another model folder loaded beside (its RSS)")
     p.add_argument("--warmup-frames", type=int, help="frames of the warm-up (default --frames)")
+    p.add_argument("--talker-backend", default="cpu", help="where the talker computes")
+    p.add_argument("--predictor-backend", default="cpu", help="where the code predictor computes")
     args = parser.parse_args(argv)
     setup_logging()
     result = CHILDREN[args.child](args)

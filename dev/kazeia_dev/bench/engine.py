@@ -59,6 +59,7 @@ ENGINE_TALKER_TYPE = "q8_0"
 ENGINE_CHUNKS = "1,4,8"
 # The cloned-voice rows: streaming chunk, the reference recording's transcript.
 VOICE_CHUNK = 4
+PLACED = "placed"  # the row with the talker and code predictor on --talker/--predictor-backend
 REF_TEXT = "Good morning, my dear. Did you sleep well last night?"
 
 
@@ -199,6 +200,14 @@ def add_parser(subparsers: Any) -> None:
         "its own converter from the same random checkpoint), one row per --chunks value with "
         "the same text, speaker, seed, frames and threads, and the ratios to ours",
     )
+    for part, what in (("talker", "talker"), ("predictor", "code predictor")):
+        p.add_argument(
+            f"--{part}-backend",
+            metavar="DEVICE",
+            help=f"also a stream k={VOICE_CHUNK} row with the {what} on this device (vulkan[:N], "
+            "cuda[:N], auto; a ggml built with it: script/setup --backend vulkan|cuda), beside "
+            "the CPU rows, with its ratios to the CPU row (default: no such row)",
+        )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=bench_engine)
 
@@ -298,6 +307,7 @@ def engine_row_cmd(
     repeats: int,
     out: Path,
     clone: tuple[str, Path | None] | None = None,
+    placement: tuple[str, str] | None = None,
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -330,6 +340,8 @@ def engine_row_cmd(
     ]
     if subproc:
         cmd.append("--subprocess")
+    if placement is not None:
+        cmd += ["--talker-backend", placement[0], "--predictor-backend", placement[1]]
     if clone is not None:
         cmd += ["--clone", clone[0], "--ref-seconds", str(args.ref_seconds)]
         if clone[1] is not None:
@@ -348,6 +360,8 @@ def _label(name: str) -> str:
         return f"cloned voice, in context (k={VOICE_CHUNK})"
     if name == "clone_icl_both":
         return "cloned voice, in context, CustomVoice loaded too"
+    if name == PLACED:
+        return f"stream k={VOICE_CHUNK}, talker and code predictor placed"
     return f"stream k={name.removeprefix('stream_k')}"
 
 
@@ -437,6 +451,29 @@ def bench_engine(args: argparse.Namespace) -> int:
                 row["total_s"],
                 row["rtf"],
                 1e3 * row["ttfa_s"],
+            )
+        placed: dict[str, Any] | None = None
+        if args.talker_backend or args.predictor_backend:
+            placement = (args.talker_backend or "cpu", args.predictor_backend or "cpu")
+            out = tmp / "placed.npy"
+            cmd = engine_row_cmd(
+                args, model_dir, VOICE_CHUNK, False, args.repeats, out, placement=placement
+            )
+            placed = run_json_child(cmd, f"engine {_label(PLACED)}", env)
+            cpu_row = rows[f"stream_k{VOICE_CHUNK}"] if VOICE_CHUNK in chunks else None
+            if cpu_row is not None:
+                placed["vs_cpu"] = {
+                    key: placed[key] / cpu_row[key]
+                    for key in ("total_s", "ttfa_s", "talker_s", "predictor_s")
+                    if cpu_row[key] > 0
+                }
+            logger.info(
+                "%s (%s): total %.2f s, RTF %.2f, first audio %.0f ms",
+                _label(PLACED),
+                placed["devices"],
+                placed["total_s"],
+                placed["rtf"],
+                1e3 * placed["ttfa_s"],
             )
         long_row: dict[str, Any] | None = None
         if args.long_frames > 0:
@@ -609,6 +646,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         "rows": rows,
         "voice_rows": voice_rows,
         "long_row": long_row,
+        "placed_row": placed,
         "memory_floor": floor,
         "base_model_dir": None if base_dir is None else str(base_dir),
         "loaded_rows": loaded,
@@ -705,6 +743,29 @@ def engine_table(result: dict[str, Any]) -> str:
             "cache of "
             f"{long_row['kv_cache_mb']:.0f} MB and {long_row.get('audio_mb', 0.0):.1f} MB of audio "
             f"the bench's consumer keeps (target: no more: {ok(ok_long['rss'])})",
+        ]
+
+    placed = result.get("placed_row")
+    if placed is not None:
+        devices, vs = placed["devices"], placed.get("vs_cpu") or {}
+        steps = 15 * placed["n_frames"]  # the code predictor's sub-steps
+        lines += [
+            "",
+            f"Placed on a device: talker on {devices['talker']}, code predictor on "
+            f"{devices['predictor']}, decoder on {devices['decoder']} (stream k={VOICE_CHUNK}, "
+            f"the CPU row beside it in the table above):",
+            "",
+            "| row | total s | RTF | TTFA ms (cold) | talker s | predictor s | predictor ms per "
+            "sub-step | vs CPU total / TTFA / talker / predictor |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+            f"| {_label(PLACED)} | {placed['total_s']:.2f} | {placed['rtf']:.2f} "
+            f"| {1e3 * placed['ttfa_s']:.0f} ({1e3 * placed['cold_ttfa_s']:.0f}) "
+            f"| {placed['talker_s']:.2f} | {placed['predictor_s']:.2f} "
+            f"| {1e3 * placed['predictor_s'] / steps:.2f} | "
+            + " / ".join(
+                fmt(vs.get(k), ".2f", "x") for k in ("total_s", "ttfa_s", "talker_s", "predictor_s")
+            )
+            + " |",
         ]
 
     voice_rows = result.get("voice_rows") or {}
@@ -879,6 +940,8 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         decoder_subprocess=args.subprocess,
         seed=args.seed,
         max_frames=args.frames,
+        talker_backend=args.talker_backend,
+        predictor_backend=args.predictor_backend,
     )
     rss_start = status_mb("VmRSS")
     start = time.perf_counter()
@@ -952,6 +1015,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         rtf=result["total_s"] / result["audio_s"] if result["audio_s"] else float("nan"),
         n_frames=min(int(r["n_frames"]) for r in runs),
         n_chunks=int(result["n_chunks"]),
+        devices=dict(engine.devices),
         cold_ttfa_s=cold["ttfa_s"],
         cold_total_s=cold["total_s"],
         cold_first_chunk_wall_s=cold["first_chunk_wall_s"],

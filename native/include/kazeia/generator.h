@@ -78,13 +78,19 @@ struct TalkerModel;  // the loaded talker GGUF (src/talker_model.h)
 class Generator {
   public:
     // `polite`: see WorkerPool (set when another engine stage computes at the same time).
-    Generator(const std::string &talker_gguf, int n_threads, bool polite = false);
+    // `talker_device` and `predictor_device`: where each stack computes, a placement of
+    // devices.h ("cpu", "vulkan:0", "auto", ...; InputError listing the devices when absent).
+    Generator(const std::string &talker_gguf, int n_threads, bool polite = false,
+              const std::string &talker_device = "cpu", const std::string &predictor_device = "cpu");
     ~Generator();
     Generator(const Generator &) = delete;
     Generator &operator=(const Generator &) = delete;
 
     const TalkerHParams &hparams() const;
     int n_threads() const;
+    // The resolved devices of the two stacks ("cpu", "vulkan:0", ...).
+    const std::string &talker_device() const;
+    const std::string &predictor_device() const;
     // Its talker file changed on disk while mapped: every generation fails (ModelError)
     // until the model is loaded again.
     bool damaged() const;

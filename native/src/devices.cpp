@@ -1,0 +1,150 @@
+#include "kazeia/devices.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "cpu_backend.h"
+#include "devices_internal.h"
+#include "kazeia/error.h"
+
+#if defined(KAZEIA_GGML_CPU_VARIANTS)
+#include <dlfcn.h>
+#include <unistd.h>
+#endif
+
+namespace kazeia {
+
+namespace {
+
+struct GpuEntry {
+    std::string id;
+    ggml_backend_dev_t dev;
+};
+
+struct GpuRegistry {
+    std::vector<std::string> backends;  // "cuda", "vulkan"
+    std::vector<GpuEntry> devices;
+};
+
+// The GPU backends a GGML_BACKEND_DL build may ship beside its CPU variants (renamed like
+// them, see native/cmake/bundle_ggml.cmake), in the order "auto" prefers them.
+const char *const GPU_BACKENDS[] = {"cuda", "vulkan"};
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+    return s;
+}
+
+GpuRegistry load_gpu_backends() {
+#if defined(KAZEIA_GGML_CPU_VARIANTS)
+    const std::string dir = ggml_library_dir();
+    for (const char *name : GPU_BACKENDS) {
+        const std::string path = dir + "/libkazeia-ggml-" + name + ".so";
+        if (access(path.c_str(), F_OK) != 0) continue;  // not in this build
+        // Present but unloadable where its runtime is missing (no libvulkan.so.1, no CUDA
+        // driver): then it offers no device, quietly, as on a box without a GPU.
+        void *probe = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!probe) continue;
+        dlclose(probe);
+        ggml_backend_load(path.c_str());
+    }
+#endif
+    GpuRegistry r;
+    for (size_t i = 0; i < ggml_backend_reg_count(); ++i) {
+        ggml_backend_reg_t reg = ggml_backend_reg_get(i);
+        const std::string name = lower(ggml_backend_reg_name(reg));
+        if (std::find(std::begin(GPU_BACKENDS), std::end(GPU_BACKENDS), name) == std::end(GPU_BACKENDS))
+            continue;
+        r.backends.push_back(name);
+        size_t index = 0;
+        for (size_t d = 0; d < ggml_backend_reg_dev_count(reg); ++d) {
+            ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, d);
+            const enum ggml_backend_dev_type type = ggml_backend_dev_type(dev);
+            if (type != GGML_BACKEND_DEVICE_TYPE_GPU && type != GGML_BACKEND_DEVICE_TYPE_IGPU) continue;
+            r.devices.push_back(GpuEntry{name + ":" + std::to_string(index++), dev});
+        }
+    }
+    return r;
+}
+
+const GpuRegistry &gpu_registry() {
+    // Process-wide by nature: ggml's backend registry is. Loaded at the first question about
+    // devices, so a service placed wholly on the CPU never loads a GPU library.
+    static const GpuRegistry registry = load_gpu_backends();
+    return registry;
+}
+
+std::string gigabytes(size_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f GB", (double)bytes / 1e9);
+    return buf;
+}
+
+std::string device_list() {
+    std::string s;
+    for (const ComputeDevice &d : compute_devices()) {
+        if (!s.empty()) s += ", ";
+        s += d.id;
+        if (d.id != "cpu") s += " (" + d.description + ", " + gigabytes(d.memory_total) + ")";
+    }
+    if (gpu_registry().backends.empty())
+        s += "; this ggml has no GPU backend (script/setup --backend vulkan|cuda builds one)";
+    return s;
+}
+
+}  // namespace
+
+std::vector<ComputeDevice> compute_devices() {
+    std::vector<ComputeDevice> out{ComputeDevice{"cpu", "CPU", 0, 0}};
+    for (const GpuEntry &e : gpu_registry().devices) {
+        ComputeDevice d{e.id, ggml_backend_dev_description(e.dev), 0, 0};
+        ggml_backend_dev_memory(e.dev, &d.memory_free, &d.memory_total);
+        out.push_back(d);
+    }
+    return out;
+}
+
+std::vector<std::string> gpu_backends() { return gpu_registry().backends; }
+
+std::string resolve_placement(const std::string &placement) {
+    const std::string p = lower(placement);
+    if (p == "cpu") return p;
+    const std::vector<GpuEntry> &devices = gpu_registry().devices;
+    if (p == "auto") {
+        for (const char *backend : GPU_BACKENDS)
+            for (const GpuEntry &e : devices)
+                if (e.id.rfind(std::string(backend) + ":", 0) == 0) return e.id;
+        return "cpu";
+    }
+    const std::string id = p.find(':') == std::string::npos ? p + ":0" : p;
+    for (const GpuEntry &e : devices)
+        if (e.id == id) return id;
+    const bool known = std::any_of(std::begin(GPU_BACKENDS), std::end(GPU_BACKENDS), [&](const char *b) {
+        return id.rfind(std::string(b) + ":", 0) == 0;
+    });
+    throw InputError((known ? "no compute device '" + placement + "'"
+                            : "unknown compute device '" + placement + "' (cpu, vulkan[:N], cuda[:N] or auto)") +
+                     ": devices here: " + device_list());
+}
+
+std::string describe_placement(const std::string &device_id) {
+    if (is_cpu(device_id)) return "cpu";
+    for (const ComputeDevice &d : compute_devices())
+        if (d.id == device_id) return d.id + " (" + d.description + ", " + gigabytes(d.memory_total) + ")";
+    return device_id;
+}
+
+ggml_backend_dev_t gpu_device(const std::string &device_id) {
+    for (const GpuEntry &e : gpu_registry().devices)
+        if (e.id == device_id) return e.dev;
+    throw InputError("no compute device '" + device_id + "': devices here: " + device_list());
+}
+
+ggml_backend_t new_gpu_backend(const std::string &device_id) {
+    ggml_backend_t b = ggml_backend_dev_init(gpu_device(device_id), nullptr);
+    if (!b) throw std::runtime_error("cannot start a backend on " + device_id);
+    return b;
+}
+
+}  // namespace kazeia

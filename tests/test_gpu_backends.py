@@ -1,0 +1,188 @@
+"""Model parts placed on a GPU through ggml's Vulkan backend, against the official outputs.
+
+Runs where ggml was built with Vulkan (script/setup --backend vulkan) and a Vulkan device is
+there: in CI that is Mesa's lavapipe, a Vulkan driver that computes on the CPU (conftest lets
+ggml list it; ggml skips CPU-type devices otherwise). The placement checks at the top need no
+device.
+
+Tolerance: lavapipe multiplies matrices of more than 8 columns with f16 activations (about
+3e-4 relative), so talker logits and hidden states must be within 1e-2 of the reference
+(measured: at most 3.6e-3). Greedy codes must be identical, or, where they part, the choice
+must be one the backend's error can flip: its top-2 margin in the CPU engine's logits (which
+match the official ones within 1e-4) is below that same 1e-2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import REFERENCE_MODELS, ref_array
+from kazeia_dev.random_checkpoint import main as random_checkpoint
+
+from wyoming_kazeia.convert import convert
+from wyoming_kazeia.engine import Engine, resolve_placements
+from wyoming_kazeia.errors import SettingsError
+from wyoming_kazeia.native import Generator, compute_devices, resolve_placement
+from wyoming_kazeia.settings import EngineSettings
+
+TOLERANCE = 1e-2
+MODES = {  # as tests/test_generator_parity.py
+    "stream": ("vivian", "english", False),
+    "nonstream": ("vivian", "english", True),
+    "auto_dialect": ("dylan", "auto", False),
+}
+FRAMES = 23
+VULKAN = [d["id"] for d in compute_devices() if d["id"].startswith("vulkan:")]
+needs_vulkan = pytest.mark.skipif(
+    not VULKAN,
+    reason="no Vulkan device here: ggml built without Vulkan (script/setup --backend vulkan) "
+    "or no Vulkan driver (Debian's mesa-vulkan-drivers)",
+)
+
+
+def test_the_cpu_is_always_a_device_and_auto_picks_the_first_gpu() -> None:
+    devices = [d["id"] for d in compute_devices()]
+    assert devices[0] == "cpu"
+    assert resolve_placement("CPU") == "cpu"
+    gpus = [d for d in devices if d != "cpu"]
+    cuda = [d for d in gpus if d.startswith("cuda:")]
+    assert resolve_placement("auto") == (cuda or gpus or ["cpu"])[0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"talker_backend": "cuda:9"}, "talker_backend 'cuda:9': no compute device 'cuda:9'"),
+        ({"backend": "vulkan:7"}, "talker_backend 'vulkan:7': no compute device 'vulkan:7'"),
+        ({"decoder_backend": "vulkan:7"}, "decoder_backend 'vulkan:7'"),
+    ],
+)
+def test_a_device_that_is_not_here_is_refused_in_one_line_listing_the_devices(
+    settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SettingsError) as err:
+        resolve_placements(EngineSettings(**settings))
+    text = str(err.value)
+    assert message in text and "\n" not in text
+    assert "devices here: cpu" in text
+
+
+@pytest.mark.parametrize("value", ["gpu", "vulkan:", "cuda:x", "metal", ""])
+def test_a_placement_of_another_form_is_a_settings_error(value: str) -> None:
+    with pytest.raises(SettingsError, match="allowed: cpu\\|auto\\|vulkan\\[:N\\]\\|cuda\\[:N\\]"):
+        EngineSettings(backend=value)
+
+
+def test_a_part_without_its_own_placement_follows_backend() -> None:
+    s = EngineSettings(backend="AUTO", predictor_backend="cpu")
+    assert [s.placement(p) for p in ("talker", "predictor", "decoder")] == ["auto", "cpu", "auto"]
+    # The decoder computes on the CPU only: following backend, or auto, it stays there.
+    assert resolve_placements(s)["decoder"] == "cpu"
+    assert resolve_placements(s.replace(decoder_backend="auto"))["decoder"] == "cpu"
+
+
+@needs_vulkan
+def test_a_gpu_decoder_is_refused_in_one_line() -> None:
+    with pytest.raises(SettingsError, match="the speech decoder computes on the CPU only"):
+        resolve_placements(EngineSettings(decoder_backend=VULKAN[0]))
+
+
+@pytest.fixture(scope="module", params=REFERENCE_MODELS)
+def on_vulkan(
+    request: pytest.FixtureRequest, talker_gguf: dict[str, Path]
+) -> tuple[str, Generator, Generator]:
+    """(model, its generator with both stacks on the first Vulkan device, on the CPU)."""
+    if not VULKAN:
+        pytest.skip("no Vulkan device here")
+    path = str(talker_gguf[request.param])
+    gpu = Generator(path, threads=2, talker_device=VULKAN[0], predictor_device=VULKAN[0])
+    assert (gpu.talker_device, gpu.predictor_device) == (VULKAN[0], VULKAN[0])
+    return request.param, gpu, Generator(path, threads=2)
+
+
+def top2_margin(logits: np.ndarray) -> float:
+    top = np.sort(logits)[-2:]
+    return float(top[1] - top[0])
+
+
+def explained_divergence(
+    ours: dict[str, np.ndarray], cpu: dict[str, np.ndarray], expected: np.ndarray
+) -> tuple[int, int] | None:
+    """Where the codes first part from the reference (frame, codebook), None when they do
+    not; asserts that the CPU engine's margin of that choice is within the tolerance."""
+    differ = np.argwhere(ours["codes"] != expected)
+    if len(differ) == 0:
+        return None
+    frame, group = (int(x) for x in differ[0])
+    logits = cpu["talker_logits"][frame] if group == 0 else cpu["cp_logits"][frame, group - 1]
+    assert top2_margin(logits) < TOLERANCE, (frame, group, top2_margin(logits))
+    return frame, group
+
+
+@needs_vulkan
+@pytest.mark.parametrize("mode", list(MODES))
+def test_generator_on_vulkan_matches_official(
+    on_vulkan: tuple[str, Generator, Generator], mode: str
+) -> None:
+    name, gpu, cpu_gen = on_vulkan
+    speaker, language, non_streaming = MODES[mode]
+    ids = ref_array(name, "input_ids")
+    ours = gpu.trace(ids, speaker, language, non_streaming, FRAMES)
+    expected = ref_array(name, f"{mode}_codes")
+    cpu = cpu_gen.trace(ids, speaker, language, non_streaming, FRAMES)
+    assert np.array_equal(cpu["codes"], expected)  # the yardstick of the margins
+    parted = explained_divergence(ours, cpu, expected)
+    # Up to where the codes part, the inputs are the reference's: compare the outputs there.
+    calls = FRAMES + 1 if parted is None else parted[0] + 1
+    for key in ("talker_logits", "talker_hidden"):
+        reference = ref_array(name, f"{mode}_{key}")[:calls]
+        assert np.abs(ours[key][:calls] - reference).max() < TOLERANCE, key
+    frames = FRAMES if parted is None else parted[0]
+    assert np.abs(ours["cp_logits"][:frames] - cpu["cp_logits"][:frames]).max() < TOLERANCE
+
+
+@needs_vulkan
+def test_frames_on_vulkan_stream_what_generate_returns(
+    on_vulkan: tuple[str, Generator, Generator],
+) -> None:
+    name, gpu, _ = on_vulkan
+    args = (ref_array(name, "input_ids"), "vivian", "english", False)
+    greedy: dict[str, Any] = {"greedy": True, "repetition_penalty": 1.0, "max_frames": 12}
+    codes = gpu.generate(*args, **greedy)
+    assert np.array_equal(np.stack(list(gpu.frames(*args, **greedy))), codes)
+
+
+@needs_vulkan
+def test_talker_on_vulkan_with_the_predictor_on_the_cpu(talker_gguf: dict[str, Path]) -> None:
+    name = REFERENCE_MODELS[0]
+    gen = Generator(str(talker_gguf[name]), threads=2, talker_device=VULKAN[0])
+    assert (gen.talker_device, gen.predictor_device) == (VULKAN[0], "cpu")
+    ids = ref_array(name, "input_ids")
+    codes = gen.generate(
+        ids, "vivian", "english", greedy=True, repetition_penalty=1.0, max_frames=FRAMES
+    )
+    assert np.array_equal(codes, ref_array(name, "stream_codes"))
+
+
+@needs_vulkan
+def test_engine_placed_on_vulkan_speaks_as_on_the_cpu(tmp_path: Path) -> None:
+    """The service's engine with backend=vulkan: the stacks on the device, the decoder on the
+    CPU; greedy codes equal to the CPU engine's give the same samples."""
+    checkpoint = tmp_path / "ckpt"
+    assert random_checkpoint([str(checkpoint), "--size", "tiny", "--seed", "3", "-q"]) == 0
+    convert(checkpoint, tmp_path / "model", "f32")
+    settings = EngineSettings(max_frames=12, seed=1)
+    gpu = Engine(tmp_path / "model", settings.replace(backend=VULKAN[0]))
+    assert gpu.devices == {"talker": VULKAN[0], "predictor": VULKAN[0], "decoder": "cpu"}
+    cpu = Engine(tmp_path / "model", settings)
+    text = "Hello from the graphics card."
+    gpu_pcm = np.concatenate(list(gpu.synthesize(text, "vivian", greedy=True)))
+    cpu_pcm = np.concatenate(list(cpu.synthesize(text, "vivian", greedy=True)))
+    assert len(gpu_pcm) == 12 * gpu.hop_length
+    assert np.array_equal(gpu_pcm, cpu_pcm)
+    # Placed back on the CPU between syntheses: the generator is reloaded there.
+    gpu.apply_settings(settings)
+    assert gpu.devices["talker"] == "cpu" and gpu.generator.talker_device == "cpu"
