@@ -25,6 +25,8 @@ struct GpuEntry {
 struct GpuRegistry {
     std::vector<std::string> backends;  // "cuda", "vulkan"
     std::vector<GpuEntry> devices;
+    // Backends this build has that cannot load here, each with the loader's reason.
+    std::vector<std::string> unloadable;
 };
 
 // The GPU backends a GGML_BACKEND_DL build may ship beside its CPU variants (renamed like
@@ -37,20 +39,25 @@ std::string lower(std::string s) {
 }
 
 GpuRegistry load_gpu_backends() {
+    GpuRegistry r;
 #if defined(KAZEIA_GGML_CPU_VARIANTS)
     const std::string dir = ggml_library_dir();
     for (const char *name : GPU_BACKENDS) {
         const std::string path = dir + "/libkazeia-ggml-" + name + ".so";
         if (access(path.c_str(), F_OK) != 0) continue;  // not in this build
         // Present but unloadable where its runtime is missing (no libvulkan.so.1, no CUDA
-        // driver): then it offers no device, quietly, as on a box without a GPU.
+        // runtime or driver): then it offers no device, as on a box without a GPU, and the
+        // reason is kept for the error that lists the devices.
         void *probe = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!probe) continue;
+        if (!probe) {
+            const char *why = dlerror();
+            r.unloadable.push_back(std::string(name) + " (" + (why ? why : "cannot load") + ")");
+            continue;
+        }
         dlclose(probe);
         ggml_backend_load(path.c_str());
     }
 #endif
-    GpuRegistry r;
     for (size_t i = 0; i < ggml_backend_reg_count(); ++i) {
         ggml_backend_reg_t reg = ggml_backend_reg_get(i);
         const std::string name = lower(ggml_backend_reg_name(reg));
@@ -88,7 +95,9 @@ std::string device_list() {
         s += d.id;
         if (d.id != "cpu") s += " (" + d.description + ", " + gigabytes(d.memory_total) + ")";
     }
-    if (gpu_registry().backends.empty())
+    const GpuRegistry &r = gpu_registry();
+    for (const std::string &u : r.unloadable) s += "; not loadable here: " + u;
+    if (r.backends.empty() && r.unloadable.empty())
         s += "; this ggml has no GPU backend (script/setup --backend vulkan|cuda builds one)";
     return s;
 }
