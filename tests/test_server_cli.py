@@ -415,6 +415,7 @@ def test_logs_a_user_can_act_on(tiny_model: Path, tmp_path: Path) -> None:
     banner = f"threads {defaults.threads} generator + {defaults.decoder_threads} decoder"
     assert "default voice vivian" in line(banner)
     assert "own kernels" in line("CPU:", "ggml CPU backend")
+    line("placement: talker cpu, code predictor cpu, decoder cpu")
     spoken = line("INFO", "one-shot request", "spoken")
     assert "voice vivian" in spoken and "language auto" in spoken and "18 characters" in spoken
     assert "WARNING" in line("refused (voice-not-found)")
