@@ -102,6 +102,17 @@ def _opt(env: str, doc: str, bounds: Bounds, advanced: bool = False, **kw: Any) 
     return field(metadata={"env": env, "doc": doc, "bounds": bounds, "advanced": advanced}, **kw)
 
 
+def _part_placement(part: str, what: str) -> Any:
+    """The placement setting of one model part (PARTS); unset, it follows `backend`."""
+    return _opt(
+        f"KZTTS_{part.upper()}_BACKEND",
+        f"where the {what} computes (unset: backend)",
+        dataclasses.replace(PLACEMENT, optional=True),
+        advanced=True,
+        default=None,
+    )
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     # The default is one more than the 2 cores of the smallest box we size for: the generator's
@@ -185,27 +196,9 @@ class EngineSettings:
         PLACEMENT,
         default="cpu",
     )
-    talker_backend: str | None = _opt(
-        "KZTTS_TALKER_BACKEND",
-        "where the talker computes (unset: backend)",
-        dataclasses.replace(PLACEMENT, optional=True),
-        advanced=True,
-        default=None,
-    )
-    predictor_backend: str | None = _opt(
-        "KZTTS_PREDICTOR_BACKEND",
-        "where the code predictor computes (unset: backend)",
-        dataclasses.replace(PLACEMENT, optional=True),
-        advanced=True,
-        default=None,
-    )
-    decoder_backend: str | None = _opt(
-        "KZTTS_DECODER_BACKEND",
-        "where the speech decoder computes (unset: backend)",
-        dataclasses.replace(PLACEMENT, optional=True),
-        advanced=True,
-        default=None,
-    )
+    talker_backend: str | None = _part_placement("talker", "talker")
+    predictor_backend: str | None = _part_placement("predictor", "code predictor")
+    decoder_backend: str | None = _part_placement("decoder", "speech decoder")
 
     def __post_init__(self) -> None:
         for f in fields(self):
