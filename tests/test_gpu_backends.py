@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REFERENCE_MODELS, ref_array
+from conftest import REFERENCE_MODELS, ref_array, ref_codes
 from kazeia_dev.random_checkpoint import main as random_checkpoint
 
 from wyoming_kazeia.convert import convert
 from wyoming_kazeia.engine import Engine, resolve_placements
 from wyoming_kazeia.errors import SettingsError
-from wyoming_kazeia.native import Generator, compute_devices, resolve_placement
+from wyoming_kazeia.native import Generator, SpeechDecoder, compute_devices, resolve_placement
 from wyoming_kazeia.settings import EngineSettings
 
 TOLERANCE = 1e-2
@@ -76,18 +76,18 @@ def test_a_placement_of_another_form_is_a_settings_error(value: str) -> None:
         EngineSettings(backend=value)
 
 
-def test_a_part_without_its_own_placement_follows_backend() -> None:
+def test_the_stacks_follow_backend_and_the_decoder_only_its_own_setting() -> None:
     s = EngineSettings(backend="AUTO", predictor_backend="cpu")
-    assert [s.placement(p) for p in ("talker", "predictor", "decoder")] == ["auto", "cpu", "auto"]
-    # The decoder computes on the CPU only: following backend, or auto, it stays there.
+    assert [s.placement(p) for p in ("talker", "predictor", "decoder")] == ["auto", "cpu", "cpu"]
     assert resolve_placements(s)["decoder"] == "cpu"
-    assert resolve_placements(s.replace(decoder_backend="auto"))["decoder"] == "cpu"
+    auto = resolve_placements(s.replace(decoder_backend="auto"))
+    assert auto["decoder"] == auto["talker"] == resolve_placement("auto")
 
 
 @needs_vulkan
-def test_a_gpu_decoder_is_refused_in_one_line() -> None:
-    with pytest.raises(SettingsError, match="the speech decoder computes on the CPU only"):
-        resolve_placements(EngineSettings(decoder_backend=VULKAN[0]))
+def test_a_gpu_decoder_in_a_decoder_process_is_refused_in_one_line() -> None:
+    with pytest.raises(SettingsError, match="kazeia-decoder process of decoder_subprocess"):
+        resolve_placements(EngineSettings(decoder_backend=VULKAN[0], decoder_subprocess=True))
 
 
 @pytest.fixture(scope="module", params=REFERENCE_MODELS)
@@ -183,6 +183,67 @@ def test_engine_placed_on_vulkan_speaks_as_on_the_cpu(tmp_path: Path) -> None:
     cpu_pcm = np.concatenate(list(cpu.synthesize(text, "vivian", greedy=True)))
     assert len(gpu_pcm) == 12 * gpu.hop_length
     assert np.array_equal(gpu_pcm, cpu_pcm)
-    # Placed back on the CPU between syntheses: the generator is reloaded there.
+    # The decoder placed there too between syntheses: the same codes, a waveform within the
+    # decoder's tolerance (int16 PCM).
+    gpu.apply_settings(settings.replace(backend=VULKAN[0], decoder_backend=VULKAN[0]))
+    assert gpu.decoder.device == VULKAN[0]
+    all_gpu = np.concatenate(list(gpu.synthesize(text, "vivian", greedy=True)))
+    assert np.abs(all_gpu.astype(np.int32) - cpu_pcm).max() < DECODER_TOLERANCE * 32767
+    # Placed back on the CPU: the generator and the decoder are reloaded there.
     gpu.apply_settings(settings)
     assert gpu.devices["talker"] == "cpu" and gpu.generator.talker_device == "cpu"
+    assert gpu.decoder.device == "cpu"
+
+
+# The decoder on lavapipe: measured 2.2e-2 at most from the reference (the CPU: 3e-5). Traced
+# layer by layer against the same ggml ops on the CPU: the transformer's output is within
+# 3.5e-4 (relative) even with f32 activations (lavapipe's math builtins are approximations),
+# and the random-weight vocoder, whose activations reach ~130 before the last conv, amplifies
+# that about 60-fold. Hence a tolerance that says only that the GPU path computes the same
+# waveform; parity to 1e-3 is not shown on this driver.
+DECODER_TOLERANCE = 5e-2
+
+
+@pytest.fixture(scope="module")
+def decoder_on_vulkan(decoder_gguf: dict[str, Path]) -> SpeechDecoder:
+    if not VULKAN:
+        pytest.skip("no Vulkan device here")
+    decoder = SpeechDecoder(str(decoder_gguf[REFERENCE_MODELS[0]]), threads=2, device=VULKAN[0])
+    assert decoder.device == VULKAN[0]
+    return decoder
+
+
+@needs_vulkan
+def test_decoder_on_vulkan_speaks_the_reference_waveform(decoder_on_vulkan: SpeechDecoder) -> None:
+    codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")
+    out = decoder_on_vulkan.decode(codes)
+    assert out.shape == (len(codes) * 1920,)
+    expected = ref_array(REFERENCE_MODELS[0], "dec_wav_full").reshape(-1)
+    assert np.abs(out - expected).max() < DECODER_TOLERANCE
+
+
+@needs_vulkan
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_decoder_on_vulkan_streams_what_it_decodes_in_one_pass(
+    decoder_on_vulkan: SpeechDecoder, chunk: int
+) -> None:
+    codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")[:24]
+    full = decoder_on_vulkan.decode(codes)
+    stream = decoder_on_vulkan.stream()
+    parts = [stream.push(codes[i : i + chunk]) for i in range(0, len(codes), chunk)]
+    assert np.abs(np.concatenate(parts) - full).max() < DECODER_TOLERANCE
+
+
+@needs_vulkan
+def test_decoder_state_on_vulkan_saves_and_restores_exactly(
+    decoder_on_vulkan: SpeechDecoder,
+) -> None:
+    """The state lives in the device's memory: saved and restored through the backend, a
+    stream continues with the very samples of the stream it was saved from."""
+    codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")[:12]
+    first = decoder_on_vulkan.stream()
+    first.push(codes[:8])
+    saved = first.save()
+    second = decoder_on_vulkan.stream()
+    second.restore(saved)
+    assert np.array_equal(second.push(codes[8:]), first.push(codes[8:]))

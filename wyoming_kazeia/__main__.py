@@ -434,7 +434,9 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         "placement: talker %s, code predictor %s, decoder %s",
         describe_placement(devices["talker"]),
         describe_placement(devices["predictor"]),
-        "a kazeia-decoder process" if s.decoder_subprocess else describe_placement("cpu"),
+        "a kazeia-decoder process"
+        if s.decoder_subprocess
+        else describe_placement(devices["decoder"]),
     )
     _LOGGER.info(
         "CPU: %s; ggml CPU backend: %s (%s); own kernels: %s",

@@ -391,25 +391,20 @@ class Synthesis:
 def resolve_placements(settings: EngineSettings) -> dict[str, str]:
     """The device each model part computes on, by part ("talker": "vulkan:0", ...), as
     `settings` place them. SettingsError, in one line that lists the devices this build sees
-    here, when one is not here. The speech decoder computes on the CPU only (its own kernels
-    have no GPU formulation yet): following `backend` it stays there, and a GPU named for it
-    in its own setting is refused."""
+    here, when one is not here, or when a GPU is named for a decoder that runs as a
+    kazeia-decoder process (which decodes on the CPU)."""
     devices = {}
     for part in PARTS:
         wanted = settings.placement(part)
         try:
-            device = resolve_placement(wanted)
+            devices[part] = resolve_placement(wanted)
         except ValueError as err:
             raise SettingsError(f"{part}_backend {wanted!r}: {err}") from None
-        if part == "decoder" and device != "cpu":
-            if settings.decoder_backend is not None and wanted != "auto":
-                raise SettingsError(
-                    f"decoder_backend {wanted!r}: the speech decoder computes on the CPU only "
-                    "in this version (set decoder_backend cpu; the talker and code predictor "
-                    "can use the GPU)"
-                )
-            device = "cpu"
-        devices[part] = device
+    if settings.decoder_subprocess and devices["decoder"] != "cpu":
+        raise SettingsError(
+            f"decoder_backend {settings.placement('decoder')!r}: the kazeia-decoder process of "
+            "decoder_subprocess decodes on the CPU; unset one of the two"
+        )
     return devices
 
 
@@ -494,7 +489,12 @@ class Engine:
         )
 
     def _load_decoder(self, threads: int) -> SpeechDecoder:
-        return SpeechDecoder(str(self.model_dir / "decoder.gguf"), threads=threads, polite=True)
+        return SpeechDecoder(
+            str(self.model_dir / "decoder.gguf"),
+            threads=threads,
+            polite=True,
+            device=self.devices["decoder"],
+        )
 
     @property
     def decoder(self) -> SpeechDecoder:
@@ -509,9 +509,14 @@ class Engine:
         (the talker file is memory-mapped: a fraction of a second). Call it only while no
         synthesis runs. So does a changed placement (the weights move to the new device)."""
         devices = resolve_placements(settings)
-        if settings.threads != self.settings.threads or devices != self.devices:
+        stacks = ("talker", "predictor")
+        if settings.threads != self.settings.threads or any(
+            devices[p] != self.devices[p] for p in stacks
+        ):
             self.generator = self._load_generator(settings.threads, devices)
-            self.devices = devices
+        if devices["decoder"] != self.devices["decoder"]:
+            self._decoder = None  # reloaded on its new device when next used
+        self.devices = devices
         if settings.decoder_threads != self.settings.decoder_threads:
             self._decoder = None  # reloaded with the new count when next used
         self.settings = settings

@@ -220,8 +220,10 @@ void def_engine(py::module_ &m) {
         .def_property_readonly("frames_pushed", &DecoderStream::frames_pushed);
 
     py::class_<SpeechDecoder>(m, "SpeechDecoder")
-        .def(py::init<const std::string &, int, bool>(), py::arg("path"), py::arg("threads") = 2,
-             py::arg("polite") = false, py::call_guard<py::gil_scoped_release>())
+        .def(py::init<const std::string &, int, bool, const std::string &>(), py::arg("path"),
+             py::arg("threads") = 2, py::arg("polite") = false, py::arg("device") = "cpu",
+             py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("device", &SpeechDecoder::device)
         .def(
             "decode",
             [](const SpeechDecoder &dec, const py::array &codes) {

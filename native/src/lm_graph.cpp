@@ -11,23 +11,6 @@ namespace kazeia {
 namespace {
 constexpr int GRAPH_SIZE = 2048;
 
-// window_attention in ggml's own ops (a GPU placement): q [hd, nh, n], k and v the cache rows
-// in use [hd * nkv, n_kv], mask [n_kv, n] -> [hd * nh, n]. Query head h reads kv head
-// h / (nh / nkv), as ggml_mul_mat broadcasts.
-ggml_tensor *ggml_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
-                            ggml_tensor *mask, const AttentionParams &p) {
-    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], nkv = p.n_kv_heads, n_kv = k->ne[1];
-    auto heads = [&](ggml_tensor *t) {  // [hd * nkv, n_kv] -> [hd, nkv, n_kv]
-        return ggml_view_3d(ctx, t, hd, nkv, n_kv, hd * ggml_element_size(t), t->nb[1], 0);
-    };
-    ggml_tensor *kh = ggml_permute(ctx, heads(k), 0, 2, 1, 3);           // [hd, n_kv, nkv]
-    ggml_tensor *qh = ggml_permute(ctx, q, 0, 2, 1, 3);                  // [hd, n, nh]
-    ggml_tensor *w = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, kh, qh), mask, p.scale, 0.0f);  // [n_kv, n, nh]
-    ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, heads(v), 1, 2, 0, 3));  // [n_kv, hd, nkv]
-    ggml_tensor *o = ggml_permute(ctx, ggml_mul_mat(ctx, vt, w), 0, 2, 1, 3);  // [hd, nh, n]
-    return ggml_reshape_2d(ctx, ggml_cont(ctx, o), hd * nh, n);
-}
-
 void row_to_float(const ggml_tensor *table, int64_t id, float *out) {
     const char *src = static_cast<const char *>(table->data) + id * table->nb[1];
     if (table->type == GGML_TYPE_F32) {
@@ -169,7 +152,7 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
             return ggml_view_2d(ctx, all, all->ne[0], n_ctx_, all->nb[1], 0);
         };
         ggml_tensor *o = pool ? window_attention(ctx, q, in_use(k_all), in_use(v_all), mask_, &attention_)
-                              : ggml_attention(ctx, q, in_use(k_all), in_use(v_all), mask_, attention_);
+                              : attention_in_ggml_ops(ctx, q, in_use(k_all), in_use(v_all), mask_, nkv, attention_.scale);
         x = ggml_add(ctx, x, mm(L.o, o));
 
         ggml_tensor *f = norm(x, L.ffn_norm);

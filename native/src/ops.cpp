@@ -776,3 +776,35 @@ const char *kernel_isa() {
 }
 
 }  // namespace kazeia
+
+namespace kazeia {
+
+ggml_tensor *attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
+                                   ggml_tensor *mask, int64_t n_kv_heads, float scale) {
+    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], nkv = n_kv_heads, n_kv = k->ne[1];
+    auto heads = [&](ggml_tensor *t) {  // [hd * nkv, n_kv] -> [hd, nkv, n_kv]
+        return ggml_view_3d(ctx, t, hd, nkv, n_kv, hd * ggml_element_size(t), t->nb[1], 0);
+    };
+    ggml_tensor *kh = ggml_permute(ctx, heads(k), 0, 2, 1, 3);  // [hd, n_kv, nkv]
+    ggml_tensor *qh = ggml_permute(ctx, q, 0, 2, 1, 3);         // [hd, n, nh]
+    // [n_kv, n, nh]; query head h reads kv head h / (nh / nkv), as ggml_mul_mat broadcasts.
+    ggml_tensor *w = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, kh, qh), mask, scale, 0.0f);
+    ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, heads(v), 1, 2, 0, 3));  // [n_kv, hd, nkv]
+    ggml_tensor *o = ggml_permute(ctx, ggml_mul_mat(ctx, vt, w), 0, 2, 1, 3);  // [hd, nh, n]
+    return ggml_reshape_2d(ctx, ggml_cont(ctx, o), hd * nh, n);
+}
+
+ggml_tensor *snake_beta_in_ggml_ops(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,
+                                    ggml_tensor *inv_beta) {
+    // sin^2 has period pi: reduced to [-pi/2, pi/2] first, as the CPU kernel does, because a
+    // GPU's sin is accurate only near zero (Vulkan leaves it unspecified beyond [-pi, pi]; the
+    // decoder's arguments reach the hundreds).
+    constexpr float PI = 3.14159265358979f;
+    ggml_tensor *t = ggml_mul(ctx, x, alpha);
+    ggml_tensor *turns = ggml_round(ctx, ggml_scale(ctx, t, 1.0f / PI));
+    ggml_tensor *r = ggml_sub(ctx, t, ggml_scale(ctx, turns, PI));
+    ggml_tensor *s = ggml_sqr(ctx, ggml_sin(ctx, r));
+    return ggml_add(ctx, x, ggml_mul(ctx, s, inv_beta));
+}
+
+}  // namespace kazeia

@@ -87,3 +87,15 @@ ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
                               ggml_tensor *mask, const AttentionParams *params);
 
 }  // namespace kazeia
+
+namespace kazeia {
+
+// The same operators in ggml's own ops, for a model part placed on a backend other than our
+// CPU one (a GPU): what window_attention and snake_beta compute, with the same arguments (the
+// attention's k and v any [hd * nkv, n_kv] rows, e.g. views of a cache).
+ggml_tensor *attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
+                                   ggml_tensor *mask, int64_t n_kv_heads, float scale);
+ggml_tensor *snake_beta_in_ggml_ops(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,
+                                    ggml_tensor *inv_beta);
+
+}  // namespace kazeia

@@ -9,8 +9,10 @@
 #include <string>
 
 #include "cpu_backend.h"
+#include "devices_internal.h"
 #include "ggml_raii.h"
 #include "gguf_weights.h"
+#include "kazeia/devices.h"
 #include "kazeia/error.h"
 #include "ops.h"
 
@@ -90,6 +92,7 @@ DecoderHParams read_checked_hparams(const GgufWeights &weights) {
 }  // namespace
 
 struct SpeechDecoder::Model {
+    std::string device;  // "cpu" or a GPU (devices.h): where the weights live and streams compute
     GgufWeights weights;
     DecoderHParams hp;
     int n_threads;
@@ -104,11 +107,15 @@ struct SpeechDecoder::Model {
     std::vector<VocoderBlock> blocks;
     Snake snake_out;
 
-    Model(const std::string &path, int threads)
-        : weights(path, decoder_part(), ggml_backend_cpu_buffer_type()), n_threads(threads) {
+    Model(const std::string &path, int threads, const std::string &device_id)
+        : device(device_id),
+          weights(path, decoder_part(),
+                  is_cpu(device) ? ggml_backend_cpu_buffer_type()
+                                 : ggml_backend_dev_buffer_type(gpu_device(device))),
+          n_threads(threads) {
         hp = read_checked_hparams(weights);
         bind_tensors();
-        pack_weights();
+        if (is_cpu(device)) pack_weights();  // on a GPU the convs are ggml's matrix products
     }
 
     // The convolutions and the ConvNeXt MLPs hold ~99% of the decoder's FLOPs: their weights
@@ -243,7 +250,7 @@ struct DecoderStream::State {
     ggml_tensor *conv_out;
 
     explicit State(const SpeechDecoder::Model &model) : m(model), pool(model.n_threads, model.polite) {
-        backend.reset(new_cpu_backend());
+        backend.reset(is_cpu(model.device) ? new_cpu_backend() : new_gpu_backend(model.device));
         allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
         graph_mem.resize(ggml_tensor_overhead() * GRAPH_SIZE * 2 +
                          ggml_graph_overhead_custom(GRAPH_SIZE, false));
@@ -286,6 +293,14 @@ struct DecoderStream::State {
         ggml_backend_buffer_clear(state_buf.get(), 0);
         n_past = 0;
     }
+
+    size_t state_bytes() const {
+        size_t n = 0;
+        for (ggml_tensor *t = ggml_get_first_tensor(state_ctx.get()); t;
+             t = ggml_get_next_tensor(state_ctx.get(), t))
+            n += ggml_nbytes(t);
+        return n;
+    }
 };
 
 namespace {
@@ -295,16 +310,20 @@ namespace {
 class GraphBuilder {
   public:
     GraphBuilder(DecoderStream::State &s, ggml_context *ctx, ggml_cgraph *gf)
-        : s_(s), m_(s.m), ctx_(ctx), gf_(gf) {}
+        : s_(s), m_(s.m), gpu_(!is_cpu(s.m.device)), ctx_(ctx), gf_(gf) {}
 
-    ggml_tensor *codes = nullptr;      // I32 [n, num_quantizers] (time fastest per quantizer)
+    // I32 [n] each: the codes of one quantizer (a tensor each, not views of one: a GPU backend
+    // may take an index vector only at the start of its own allocation).
+    std::vector<ggml_tensor *> codes;
     ggml_tensor *positions = nullptr;  // I32 [n]
     ggml_tensor *kq_mask = nullptr;    // F32 [window - 1 + n, n]
 
     ggml_tensor *build(int64_t n) {
         const DecoderHParams &hp = m_.hp;
-        codes = ggml_new_tensor_2d(ctx_, GGML_TYPE_I32, n, hp.num_quantizers);
-        ggml_set_input(codes);
+        for (uint32_t q = 0; q < hp.num_quantizers; ++q) {
+            codes.push_back(ggml_new_tensor_1d(ctx_, GGML_TYPE_I32, n));
+            ggml_set_input(codes.back());
+        }
         positions = ggml_new_tensor_1d(ctx_, GGML_TYPE_I32, n);
         ggml_set_input(positions);
         kq_mask = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.sliding_window - 1 + n, n);
@@ -316,7 +335,7 @@ class GraphBuilder {
         for (size_t i = 0; i < m_.upsample.size(); ++i) x = upsample(x, m_.upsample[i], s_.up_dw[i]);
         x = causal_conv(x, s_.conv_in, m_.conv_in, 1);
         for (size_t b = 0; b < m_.blocks.size(); ++b) x = vocoder_block(x, m_.blocks[b], b);
-        x = snake_beta(ctx_, x, m_.snake_out.alpha, m_.snake_out.inv_beta, &s_.pool);
+        x = snake(x, m_.snake_out);
         x = causal_conv(x, s_.conv_out, m_.conv_out, 1);
         x = ggml_clamp(ctx_, x, -1.0f, 1.0f);
         ggml_set_output(x);
@@ -329,8 +348,7 @@ class GraphBuilder {
         const DecoderHParams &hp = m_.hp;
         ggml_tensor *semantic = nullptr, *acoustic = nullptr;
         for (uint32_t q = 0; q < hp.num_quantizers; ++q) {
-            ggml_tensor *ids = ggml_view_1d(ctx_, codes, n, q * codes->nb[1]);
-            ggml_tensor *e = ggml_get_rows(ctx_, m_.codebooks[q], ids);  // [vdim, n]
+            ggml_tensor *e = ggml_get_rows(ctx_, m_.codebooks[q], codes[q]);  // [vdim, n]
             ggml_tensor *&sum = q < hp.num_semantic_quantizers ? semantic : acoustic;
             sum = sum ? ggml_add(ctx_, sum, e) : e;
         }
@@ -382,9 +400,15 @@ class GraphBuilder {
         return v;
     }
 
+    // Our CPU ops, or ggml's own for a GPU (which computes every op of the graph).
+    ggml_tensor *snake(ggml_tensor *x, const Snake &sn) {
+        return gpu_ ? snake_beta_in_ggml_ops(ctx_, x, sn.alpha, sn.inv_beta)
+                    : snake_beta(ctx_, x, sn.alpha, sn.inv_beta, &s_.pool);
+    }
+
     // concat(state, x) along time, and the graph copies its last columns back into state.
     ggml_tensor *with_history(ggml_tensor *x, ggml_tensor *state) {
-        ggml_tensor *full = concat_time(ctx_, state, x);
+        ggml_tensor *full = gpu_ ? ggml_concat(ctx_, state, x, 1) : concat_time(ctx_, state, x);
         const int64_t keep = state->ne[1];
         ggml_tensor *tail =
             ggml_view_2d(ctx_, full, full->ne[0], keep, full->nb[1], x->ne[1] * full->nb[1]);
@@ -424,8 +448,13 @@ class GraphBuilder {
             ggml_tensor *k_all = with_history(ggml_reshape_2d(ctx_, k, hd * nkv, n), s_.k_cache[il]);
             ggml_tensor *v_all = with_history(v, s_.v_cache[il]);
 
-            attention_.push_back(AttentionParams{nkv, scale, &s_.pool});
-            ggml_tensor *o = window_attention(ctx_, q, k_all, v_all, kq_mask, &attention_.back());
+            ggml_tensor *o;
+            if (gpu_) {
+                o = attention_in_ggml_ops(ctx_, q, k_all, v_all, kq_mask, nkv, scale);
+            } else {
+                attention_.push_back(AttentionParams{nkv, scale, &s_.pool});
+                o = window_attention(ctx_, q, k_all, v_all, kq_mask, &attention_.back());
+            }
             o = linear(o, L.o);
             h = ggml_add(ctx_, h, ggml_mul(ctx_, o, L.attn_scale));
 
@@ -459,13 +488,13 @@ class GraphBuilder {
     }
 
     ggml_tensor *vocoder_block(ggml_tensor *x, const VocoderBlock &b, size_t ib) {
-        x = snake_beta(ctx_, x, b.snake.alpha, b.snake.inv_beta, &s_.pool);
+        x = snake(x, b.snake);
         x = trans_conv(x, s_.blk_up[ib], b.up, b.r);
         for (int u = 0; u < 3; ++u) {
             const ResUnit &ru = b.res[u];
-            ggml_tensor *y = snake_beta(ctx_, x, ru.snake1.alpha, ru.snake1.inv_beta, &s_.pool);
+            ggml_tensor *y = snake(x, ru.snake1);
             y = causal_conv(y, s_.res_conv1[ib][u], ru.conv1, ru.dilation);
-            y = snake_beta(ctx_, y, ru.snake2.alpha, ru.snake2.inv_beta, &s_.pool);
+            y = snake(y, ru.snake2);
             x = causal_conv(y, nullptr, ru.conv2, 1, x);
         }
         return x;
@@ -473,6 +502,7 @@ class GraphBuilder {
 
     DecoderStream::State &s_;
     const SpeechDecoder::Model &m_;
+    const bool gpu_;
     std::deque<ConvGemmParams> params_;  // referenced by the graph's conv_gemm nodes
     std::deque<AttentionParams> attention_;  // and by its attention nodes
     ggml_context *ctx_;
@@ -507,7 +537,8 @@ void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t n, std::v
     std::vector<int32_t> by_quantizer(n * nq);
     for (int64_t t = 0; t < n; ++t)
         for (int64_t q = 0; q < nq; ++q) by_quantizer[q * n + t] = codes[t * nq + q];
-    ggml_backend_tensor_set(builder.codes, by_quantizer.data(), 0, by_quantizer.size() * 4);
+    for (int64_t q = 0; q < nq; ++q)
+        ggml_backend_tensor_set(builder.codes[q], by_quantizer.data() + q * n, 0, n * 4);
 
     std::vector<int32_t> pos(n);
     for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(s.n_past + i);
@@ -534,13 +565,15 @@ void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t n, std::v
 
 }  // namespace
 
-SpeechDecoder::SpeechDecoder(const std::string &path, int n_threads, bool polite) {
+SpeechDecoder::SpeechDecoder(const std::string &path, int n_threads, bool polite,
+                             const std::string &device) {
     if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
-    model_ = std::make_unique<Model>(path, n_threads);
+    model_ = std::make_unique<Model>(path, n_threads, resolve_placement(device));
     model_->polite = polite;
 }
 
 bool SpeechDecoder::polite() const { return model_->polite; }
+const std::string &SpeechDecoder::device() const { return model_->device; }
 
 SpeechDecoder::~SpeechDecoder() = default;
 
@@ -578,25 +611,36 @@ void DecoderStream::reset() {
     state_->reset();
 }
 
+// The position, then every state tensor's bytes in the context's order; through the backend,
+// as the state may live in a GPU's memory.
 std::vector<uint8_t> DecoderStream::save() const {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    const size_t size = ggml_backend_buffer_get_size(state_->state_buf.get());
-    std::vector<uint8_t> out(sizeof(int64_t) + size);
+    std::vector<uint8_t> out(sizeof(int64_t) + state_->state_bytes());
     std::memcpy(out.data(), &state_->n_past, sizeof(int64_t));
-    std::memcpy(out.data() + sizeof(int64_t), ggml_backend_buffer_get_base(state_->state_buf.get()), size);
+    size_t at = sizeof(int64_t);
+    for (ggml_tensor *t = ggml_get_first_tensor(state_->state_ctx.get()); t;
+         t = ggml_get_next_tensor(state_->state_ctx.get(), t)) {
+        ggml_backend_tensor_get(t, out.data() + at, 0, ggml_nbytes(t));
+        at += ggml_nbytes(t);
+    }
     return out;
 }
 
 void DecoderStream::restore(const std::vector<uint8_t> &saved) {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    const size_t size = ggml_backend_buffer_get_size(state_->state_buf.get());
+    const size_t size = state_->state_bytes();
     int64_t n_past = -1;
     if (saved.size() == sizeof(int64_t) + size) std::memcpy(&n_past, saved.data(), sizeof(int64_t));
     if (n_past < 0)
         throw InputError("not a saved state of a stream of this decoder (" +
                          std::to_string(saved.size()) + " bytes, expected " +
                          std::to_string(sizeof(int64_t) + size) + ")");
-    std::memcpy(ggml_backend_buffer_get_base(state_->state_buf.get()), saved.data() + sizeof(int64_t), size);
+    size_t at = sizeof(int64_t);
+    for (ggml_tensor *t = ggml_get_first_tensor(state_->state_ctx.get()); t;
+         t = ggml_get_next_tensor(state_->state_ctx.get(), t)) {
+        ggml_backend_tensor_set(t, saved.data() + at, 0, ggml_nbytes(t));
+        at += ggml_nbytes(t);
+    }
     state_->n_past = n_past;
 }
 

@@ -20,7 +20,10 @@ class SpeechDecoder {
   public:
     // Loads `decoder.gguf`. `n_threads` compute threads are owned by each stream.
     // `polite`: see WorkerPool (set when another engine stage computes at the same time).
-    SpeechDecoder(const std::string &path, int n_threads, bool polite = false);
+    // `device`: where its weights live and its streams compute, a placement of devices.h
+    // ("cpu", "vulkan:0", "auto", ...; InputError listing the devices when absent).
+    SpeechDecoder(const std::string &path, int n_threads, bool polite = false,
+                  const std::string &device = "cpu");
     ~SpeechDecoder();
     SpeechDecoder(const SpeechDecoder &) = delete;
     SpeechDecoder &operator=(const SpeechDecoder &) = delete;
@@ -28,6 +31,7 @@ class SpeechDecoder {
     const DecoderHParams &hparams() const;
     int n_threads() const;
     bool polite() const;
+    const std::string &device() const;  // the resolved device ("cpu", "vulkan:0", ...)
 
     // codes: time-major [n_frames][num_quantizers]; returns n_frames * hop_length samples.
     std::vector<float> decode(const int32_t *codes, int64_t n_frames) const;
