@@ -65,6 +65,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warmup-frames", type=int, help="frames of the warm-up (default --frames)")
     p.add_argument("--talker-backend", default="cpu", help="where the talker computes")
     p.add_argument("--predictor-backend", default="cpu", help="where the code predictor computes")
+    p.add_argument("--decoder-backend", default="cpu", help="where the speech decoder computes")
     args = parser.parse_args(argv)
     setup_logging()
     result = CHILDREN[args.child](args)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from wyoming_kazeia.settings import EngineSettings
+from wyoming_kazeia.settings import PARTS, EngineSettings
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
@@ -59,7 +59,8 @@ ENGINE_TALKER_TYPE = "q8_0"
 ENGINE_CHUNKS = "1,4,8"
 # The cloned-voice rows: streaming chunk, the reference recording's transcript.
 VOICE_CHUNK = 4
-PLACED = "placed"  # the row with the talker and code predictor on --talker/--predictor-backend
+PLACED = "placed"  # the row with parts on --talker-, --predictor-, --decoder-backend devices
+PLACED_KEYS = ("total_s", "ttfa_s", "decoder_s", "talker_s", "predictor_s")  # its ratios to CPU
 REF_TEXT = "Good morning, my dear. Did you sleep well last night?"
 
 
@@ -200,7 +201,7 @@ def add_parser(subparsers: Any) -> None:
         "its own converter from the same random checkpoint), one row per --chunks value with "
         "the same text, speaker, seed, frames and threads, and the ratios to ours",
     )
-    for part, what in (("talker", "talker"), ("predictor", "code predictor")):
+    for part, what in zip(PARTS, ("talker", "code predictor", "speech decoder"), strict=True):
         p.add_argument(
             f"--{part}-backend",
             metavar="DEVICE",
@@ -307,7 +308,7 @@ def engine_row_cmd(
     repeats: int,
     out: Path,
     clone: tuple[str, Path | None] | None = None,
-    placement: tuple[str, str] | None = None,
+    placement: tuple[str, ...] | None = None,
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -341,7 +342,8 @@ def engine_row_cmd(
     if subproc:
         cmd.append("--subprocess")
     if placement is not None:
-        cmd += ["--talker-backend", placement[0], "--predictor-backend", placement[1]]
+        for part, device in zip(PARTS, placement, strict=True):
+            cmd += [f"--{part}-backend", device]
     if clone is not None:
         cmd += ["--clone", clone[0], "--ref-seconds", str(args.ref_seconds)]
         if clone[1] is not None:
@@ -361,7 +363,7 @@ def _label(name: str) -> str:
     if name == "clone_icl_both":
         return "cloned voice, in context, CustomVoice loaded too"
     if name == PLACED:
-        return f"stream k={VOICE_CHUNK}, talker and code predictor placed"
+        return f"stream k={VOICE_CHUNK}, placed on the devices below"
     return f"stream k={name.removeprefix('stream_k')}"
 
 
@@ -453,8 +455,8 @@ def bench_engine(args: argparse.Namespace) -> int:
                 1e3 * row["ttfa_s"],
             )
         placed: dict[str, Any] | None = None
-        if args.talker_backend or args.predictor_backend:
-            placement = (args.talker_backend or "cpu", args.predictor_backend or "cpu")
+        placement = tuple(getattr(args, f"{part}_backend") or "cpu" for part in PARTS)
+        if any(device != "cpu" for device in placement):
             out = tmp / "placed.npy"
             cmd = engine_row_cmd(
                 args, model_dir, VOICE_CHUNK, False, args.repeats, out, placement=placement
@@ -463,9 +465,7 @@ def bench_engine(args: argparse.Namespace) -> int:
             cpu_row = rows[f"stream_k{VOICE_CHUNK}"] if VOICE_CHUNK in chunks else None
             if cpu_row is not None:
                 placed["vs_cpu"] = {
-                    key: placed[key] / cpu_row[key]
-                    for key in ("total_s", "ttfa_s", "talker_s", "predictor_s")
-                    if cpu_row[key] > 0
+                    key: placed[key] / cpu_row[key] for key in PLACED_KEYS if cpu_row[key] > 0
                 }
             logger.info(
                 "%s (%s): total %.2f s, RTF %.2f, first audio %.0f ms",
@@ -755,16 +755,14 @@ def engine_table(result: dict[str, Any]) -> str:
             f"{devices['predictor']}, decoder on {devices['decoder']} (stream k={VOICE_CHUNK}, "
             f"the CPU row beside it in the table above):",
             "",
-            "| row | total s | RTF | TTFA ms (cold) | talker s | predictor s | predictor ms per "
-            "sub-step | vs CPU total / TTFA / talker / predictor |",
-            "|---|---:|---:|---:|---:|---:|---:|---|",
+            "| row | total s | RTF | TTFA ms (cold) | decoder s | talker s | predictor s "
+            "| predictor ms per sub-step | vs CPU total / TTFA / decoder / talker / predictor |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
             f"| {_label(PLACED)} | {placed['total_s']:.2f} | {placed['rtf']:.2f} "
             f"| {1e3 * placed['ttfa_s']:.0f} ({1e3 * placed['cold_ttfa_s']:.0f}) "
-            f"| {placed['talker_s']:.2f} | {placed['predictor_s']:.2f} "
+            f"| {placed['decoder_s']:.2f} | {placed['talker_s']:.2f} | {placed['predictor_s']:.2f} "
             f"| {1e3 * placed['predictor_s'] / steps:.2f} | "
-            + " / ".join(
-                fmt(vs.get(k), ".2f", "x") for k in ("total_s", "ttfa_s", "talker_s", "predictor_s")
-            )
+            + " / ".join(fmt(vs.get(k), ".2f", "x") for k in PLACED_KEYS)
             + " |",
         ]
 
@@ -942,6 +940,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         max_frames=args.frames,
         talker_backend=args.talker_backend,
         predictor_backend=args.predictor_backend,
+        decoder_backend=args.decoder_backend,
     )
     rss_start = status_mb("VmRSS")
     start = time.perf_counter()
