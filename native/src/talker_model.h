@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "devices_internal.h"
 #include "gguf_weights.h"
 #include "kazeia/generator.h"
 #include "kazeia/talker_arch.h"
@@ -29,7 +30,7 @@ struct StackPlacement {
     // `head` or `heads` as LmGraph takes them; `in_proj_*` may be null.
     StackPlacement(const std::string &device, const LmStack &host, ggml_tensor *in_proj_w,
                    ggml_tensor *in_proj_b, ggml_tensor *head, ggml_tensor *heads, const char *what);
-    bool on_cpu() const { return device == "cpu"; }
+    bool on_cpu() const { return is_cpu(device); }
 };
 
 struct TalkerModel {
