@@ -1,9 +1,10 @@
-"""Model parts placed on a GPU through ggml's Vulkan backend, against the official outputs.
+"""Model parts placed on a GPU through ggml's Vulkan or CUDA backend, against the official
+outputs.
 
-Runs where ggml was built with Vulkan (script/setup --backend vulkan) and a Vulkan device is
-there: in CI that is Mesa's lavapipe, a Vulkan driver that computes on the CPU (conftest lets
-ggml list it; ggml skips CPU-type devices otherwise). The placement checks at the top need no
-device.
+Runs on the first GPU device there is (CUDA first, as "auto" picks) where ggml was built with
+a GPU backend (script/setup --backend vulkan|cuda): in CI that is Mesa's lavapipe, a Vulkan
+driver that computes on the CPU (conftest lets ggml list it; ggml skips CPU-type devices
+otherwise). The placement checks at the top need no device.
 
 Tolerance: lavapipe multiplies matrices of more than 8 columns with f16 activations (about
 3e-4 relative), so talker logits and hidden states must be within 1e-2 of the reference
@@ -35,11 +36,12 @@ MODES = {  # as tests/test_generator_parity.py
     "auto_dialect": ("dylan", "auto", False),
 }
 FRAMES = 23
-VULKAN = [d["id"] for d in compute_devices() if d["id"].startswith("vulkan:")]
-needs_vulkan = pytest.mark.skipif(
-    not VULKAN,
-    reason="no Vulkan device here: ggml built without Vulkan (script/setup --backend vulkan) "
-    "or no Vulkan driver (Debian's mesa-vulkan-drivers)",
+# The device the tests place parts on: the first GPU, as "auto" picks it.
+GPU = [] if resolve_placement("auto") == "cpu" else [resolve_placement("auto")]
+needs_gpu = pytest.mark.skipif(
+    not GPU,
+    reason="no GPU device here: ggml built without a GPU backend (script/setup --backend "
+    "vulkan|cuda) or no driver (for Vulkan, Debian's mesa-vulkan-drivers)",
 )
 
 
@@ -84,22 +86,22 @@ def test_the_stacks_follow_backend_and_the_decoder_only_its_own_setting() -> Non
     assert auto["decoder"] == auto["talker"] == resolve_placement("auto")
 
 
-@needs_vulkan
+@needs_gpu
 def test_a_gpu_decoder_in_a_decoder_process_is_refused_in_one_line() -> None:
     with pytest.raises(SettingsError, match="kazeia-decoder process of decoder_subprocess"):
-        resolve_placements(EngineSettings(decoder_backend=VULKAN[0], decoder_subprocess=True))
+        resolve_placements(EngineSettings(decoder_backend=GPU[0], decoder_subprocess=True))
 
 
 @pytest.fixture(scope="module", params=REFERENCE_MODELS)
-def on_vulkan(
+def on_gpu(
     request: pytest.FixtureRequest, talker_gguf: dict[str, Path]
 ) -> tuple[str, Generator, Generator]:
-    """(model, its generator with both stacks on the first Vulkan device, on the CPU)."""
-    if not VULKAN:
-        pytest.skip("no Vulkan device here")
+    """(model, its generator with both stacks on the GPU, on the CPU)."""
+    if not GPU:
+        pytest.skip("no GPU device here")
     path = str(talker_gguf[request.param])
-    gpu = Generator(path, threads=2, talker_device=VULKAN[0], predictor_device=VULKAN[0])
-    assert (gpu.talker_device, gpu.predictor_device) == (VULKAN[0], VULKAN[0])
+    gpu = Generator(path, threads=2, talker_device=GPU[0], predictor_device=GPU[0])
+    assert (gpu.talker_device, gpu.predictor_device) == (GPU[0], GPU[0])
     return request.param, gpu, Generator(path, threads=2)
 
 
@@ -122,12 +124,12 @@ def explained_divergence(
     return frame, group
 
 
-@needs_vulkan
+@needs_gpu
 @pytest.mark.parametrize("mode", list(MODES))
-def test_generator_on_vulkan_matches_official(
-    on_vulkan: tuple[str, Generator, Generator], mode: str
+def test_generator_on_a_gpu_matches_official(
+    on_gpu: tuple[str, Generator, Generator], mode: str
 ) -> None:
-    name, gpu, cpu_gen = on_vulkan
+    name, gpu, cpu_gen = on_gpu
     speaker, language, non_streaming = MODES[mode]
     ids = ref_array(name, "input_ids")
     ours = gpu.trace(ids, speaker, language, non_streaming, FRAMES)
@@ -144,22 +146,22 @@ def test_generator_on_vulkan_matches_official(
     assert np.abs(ours["cp_logits"][:frames] - cpu["cp_logits"][:frames]).max() < TOLERANCE
 
 
-@needs_vulkan
-def test_frames_on_vulkan_stream_what_generate_returns(
-    on_vulkan: tuple[str, Generator, Generator],
+@needs_gpu
+def test_frames_on_a_gpu_stream_what_generate_returns(
+    on_gpu: tuple[str, Generator, Generator],
 ) -> None:
-    name, gpu, _ = on_vulkan
+    name, gpu, _ = on_gpu
     args = (ref_array(name, "input_ids"), "vivian", "english", False)
     greedy: dict[str, Any] = {"greedy": True, "repetition_penalty": 1.0, "max_frames": 12}
     codes = gpu.generate(*args, **greedy)
     assert np.array_equal(np.stack(list(gpu.frames(*args, **greedy))), codes)
 
 
-@needs_vulkan
-def test_talker_on_vulkan_with_the_predictor_on_the_cpu(talker_gguf: dict[str, Path]) -> None:
+@needs_gpu
+def test_talker_on_a_gpu_with_the_predictor_on_the_cpu(talker_gguf: dict[str, Path]) -> None:
     name = REFERENCE_MODELS[0]
-    gen = Generator(str(talker_gguf[name]), threads=2, talker_device=VULKAN[0])
-    assert (gen.talker_device, gen.predictor_device) == (VULKAN[0], "cpu")
+    gen = Generator(str(talker_gguf[name]), threads=2, talker_device=GPU[0])
+    assert (gen.talker_device, gen.predictor_device) == (GPU[0], "cpu")
     ids = ref_array(name, "input_ids")
     codes = gen.generate(
         ids, "vivian", "english", greedy=True, repetition_penalty=1.0, max_frames=FRAMES
@@ -167,16 +169,16 @@ def test_talker_on_vulkan_with_the_predictor_on_the_cpu(talker_gguf: dict[str, P
     assert np.array_equal(codes, ref_array(name, "stream_codes"))
 
 
-@needs_vulkan
-def test_engine_placed_on_vulkan_speaks_as_on_the_cpu(tmp_path: Path) -> None:
-    """The service's engine with backend=vulkan: the stacks on the device, the decoder on the
+@needs_gpu
+def test_engine_placed_on_a_gpu_speaks_as_on_the_cpu(tmp_path: Path) -> None:
+    """The service's engine with backend on the GPU: the stacks there, the decoder on the
     CPU; greedy codes equal to the CPU engine's give the same samples."""
     checkpoint = tmp_path / "ckpt"
     assert random_checkpoint([str(checkpoint), "--size", "tiny", "--seed", "3", "-q"]) == 0
     convert(checkpoint, tmp_path / "model", "f32")
     settings = EngineSettings(max_frames=12, seed=1)
-    gpu = Engine(tmp_path / "model", settings.replace(backend=VULKAN[0]))
-    assert gpu.devices == {"talker": VULKAN[0], "predictor": VULKAN[0], "decoder": "cpu"}
+    gpu = Engine(tmp_path / "model", settings.replace(backend=GPU[0]))
+    assert gpu.devices == {"talker": GPU[0], "predictor": GPU[0], "decoder": "cpu"}
     cpu = Engine(tmp_path / "model", settings)
     text = "Hello from the graphics card."
     gpu_pcm = np.concatenate(list(gpu.synthesize(text, "vivian", greedy=True)))
@@ -185,8 +187,8 @@ def test_engine_placed_on_vulkan_speaks_as_on_the_cpu(tmp_path: Path) -> None:
     assert np.array_equal(gpu_pcm, cpu_pcm)
     # The decoder placed there too between syntheses: the same codes, a waveform within the
     # decoder's tolerance (int16 PCM).
-    gpu.apply_settings(settings.replace(backend=VULKAN[0], decoder_backend=VULKAN[0]))
-    assert gpu.decoder.device == VULKAN[0]
+    gpu.apply_settings(settings.replace(backend=GPU[0], decoder_backend=GPU[0]))
+    assert gpu.decoder.device == GPU[0]
     all_gpu = np.concatenate(list(gpu.synthesize(text, "vivian", greedy=True)))
     assert np.abs(all_gpu.astype(np.int32) - cpu_pcm).max() < DECODER_TOLERANCE * 32767
     # Placed back on the CPU: the generator and the decoder are reloaded there.
@@ -205,45 +207,45 @@ DECODER_TOLERANCE = 5e-2
 
 
 @pytest.fixture(scope="module")
-def decoder_on_vulkan(decoder_gguf: dict[str, Path]) -> SpeechDecoder:
-    if not VULKAN:
-        pytest.skip("no Vulkan device here")
-    decoder = SpeechDecoder(str(decoder_gguf[REFERENCE_MODELS[0]]), threads=2, device=VULKAN[0])
-    assert decoder.device == VULKAN[0]
+def decoder_on_gpu(decoder_gguf: dict[str, Path]) -> SpeechDecoder:
+    if not GPU:
+        pytest.skip("no GPU device here")
+    decoder = SpeechDecoder(str(decoder_gguf[REFERENCE_MODELS[0]]), threads=2, device=GPU[0])
+    assert decoder.device == GPU[0]
     return decoder
 
 
-@needs_vulkan
-def test_decoder_on_vulkan_speaks_the_reference_waveform(decoder_on_vulkan: SpeechDecoder) -> None:
+@needs_gpu
+def test_decoder_on_gpu_speaks_the_reference_waveform(decoder_on_gpu: SpeechDecoder) -> None:
     codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")
-    out = decoder_on_vulkan.decode(codes)
+    out = decoder_on_gpu.decode(codes)
     assert out.shape == (len(codes) * 1920,)
     expected = ref_array(REFERENCE_MODELS[0], "dec_wav_full").reshape(-1)
     assert np.abs(out - expected).max() < DECODER_TOLERANCE
 
 
-@needs_vulkan
+@needs_gpu
 @pytest.mark.parametrize("chunk", [1, 4])
-def test_decoder_on_vulkan_streams_what_it_decodes_in_one_pass(
-    decoder_on_vulkan: SpeechDecoder, chunk: int
+def test_decoder_on_gpu_streams_what_it_decodes_in_one_pass(
+    decoder_on_gpu: SpeechDecoder, chunk: int
 ) -> None:
     codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")[:24]
-    full = decoder_on_vulkan.decode(codes)
-    stream = decoder_on_vulkan.stream()
+    full = decoder_on_gpu.decode(codes)
+    stream = decoder_on_gpu.stream()
     parts = [stream.push(codes[i : i + chunk]) for i in range(0, len(codes), chunk)]
     assert np.abs(np.concatenate(parts) - full).max() < DECODER_TOLERANCE
 
 
-@needs_vulkan
-def test_decoder_state_on_vulkan_saves_and_restores_exactly(
-    decoder_on_vulkan: SpeechDecoder,
+@needs_gpu
+def test_decoder_state_on_a_gpu_saves_and_restores_exactly(
+    decoder_on_gpu: SpeechDecoder,
 ) -> None:
     """The state lives in the device's memory: saved and restored through the backend, a
     stream continues with the very samples of the stream it was saved from."""
     codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")[:12]
-    first = decoder_on_vulkan.stream()
+    first = decoder_on_gpu.stream()
     first.push(codes[:8])
     saved = first.save()
-    second = decoder_on_vulkan.stream()
+    second = decoder_on_gpu.stream()
     second.restore(saved)
     assert np.array_equal(second.push(codes[8:]), first.push(codes[8:]))
