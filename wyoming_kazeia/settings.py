@@ -189,10 +189,11 @@ class EngineSettings:
         default=0,
     )
     # The default install's ggml has only its CPU backend (a GPU one is an opt-in build), so
-    # the default stays the CPU; a part's own setting overrides this one.
+    # the default stays the CPU; a stack's own setting overrides this one.
     backend: str = _opt(
         "KZTTS_BACKEND",
-        "where the model computes (every part without a setting of its own)",
+        "where the talker and code predictor compute (unless their own settings say; the "
+        "decoder follows decoder_backend only)",
         PLACEMENT,
         default="cpu",
     )
