@@ -12,8 +12,8 @@ One device ("Kazeia TTS") is announced through MQTT discovery:
     <node_id>/availability                        online / offline (retained; the last will)
     <prefix>/status                               Home Assistant's "online": discovery again
 
-Entities: select default_voice, threads and backend (the compute device of every model part
-without a placement of its own); number stream_chunk and temperature (an unset
+Entities: select default_voice, threads and backend (the compute device of the talker and
+code predictor, unless their own settings say); number stream_chunk and temperature (an unset
 temperature shows the model's own value); sensors ttfa, rtf, audio_seconds (of the last
 synthesis; "None", i.e. unknown, before the first), served, queue_depth and engine_state.
 
