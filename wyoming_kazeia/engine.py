@@ -514,11 +514,12 @@ class Engine:
             devices[p] != self.devices[p] for p in stacks
         ):
             self.generator = self._load_generator(settings.threads, devices)
-        if devices["decoder"] != self.devices["decoder"]:
-            self._decoder = None  # reloaded on its new device when next used
+        if (
+            settings.decoder_threads != self.settings.decoder_threads
+            or devices["decoder"] != self.devices["decoder"]
+        ):
+            self._decoder = None  # reloaded with the new count, on its device, when next used
         self.devices = devices
-        if settings.decoder_threads != self.settings.decoder_threads:
-            self._decoder = None  # reloaded with the new count when next used
         self.settings = settings
 
     @property

@@ -102,11 +102,12 @@ def _opt(env: str, doc: str, bounds: Bounds, advanced: bool = False, **kw: Any) 
     return field(metadata={"env": env, "doc": doc, "bounds": bounds, "advanced": advanced}, **kw)
 
 
-def _part_placement(part: str, what: str) -> Any:
-    """The placement setting of one model part (PARTS); unset, it follows `backend`."""
+def _part_placement(part: str, what: str, unset: str = "backend") -> Any:
+    """The placement setting of one model part (PARTS); `unset` says where the part computes
+    without one (EngineSettings.placement decides it)."""
     return _opt(
         f"KZTTS_{part.upper()}_BACKEND",
-        f"where the {what} computes (unset: backend)",
+        f"where the {what} computes (unset: {unset})",
         dataclasses.replace(PLACEMENT, optional=True),
         advanced=True,
         default=None,
@@ -202,13 +203,7 @@ class EngineSettings:
     # The decoder goes to a GPU only when named here: its GPU path is new (on lavapipe, the
     # one Vulkan device it was checked on, its waveform lies within 5e-2 of the reference,
     # where the CPU's is within 1e-4).
-    decoder_backend: str | None = _opt(
-        "KZTTS_DECODER_BACKEND",
-        "where the speech decoder computes (unset: the CPU)",
-        dataclasses.replace(PLACEMENT, optional=True),
-        advanced=True,
-        default=None,
-    )
+    decoder_backend: str | None = _part_placement("decoder", "speech decoder", "the CPU")
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -10,10 +10,10 @@ CodePredictor::CodePredictor(const TalkerModel &model, ggml_backend_t backend,
       cache_(model.hp.predictor, model.hp.num_code_groups, backend),
       prefill_(model.predictor_at.stack, cache_, 2, model.hp.talker.hidden_size,
                model.predictor_at.in_proj_w, model.predictor_at.in_proj_b, nullptr,
-               model.predictor_at.heads, backend, model.predictor_at.on_cpu() ? pool : nullptr),
+               model.predictor_at.heads, backend, model.predictor_at.graph_pool(pool)),
       step_(model.predictor_at.stack, cache_, 1, model.hp.talker.hidden_size,
             model.predictor_at.in_proj_w, model.predictor_at.in_proj_b, nullptr,
-            model.predictor_at.heads, backend, model.predictor_at.on_cpu() ? pool : nullptr) {}
+            model.predictor_at.heads, backend, model.predictor_at.graph_pool(pool)) {}
 
 void CodePredictor::predict(const float *talker_hidden, Frame &frame, const SamplingParams &params,
                             Rng &rng, std::vector<float> *trace, const Frame *forced) {

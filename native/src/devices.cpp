@@ -88,18 +88,23 @@ std::string gigabytes(size_t bytes) {
     return buf;
 }
 
+// "cpu", or "vulkan:0 (its description, 8.6 GB)".
+std::string label(const ComputeDevice &d) {
+    return is_cpu(d.id) ? d.id : d.id + " (" + d.description + ", " + gigabytes(d.memory_total) + ")";
+}
+
 std::string device_list() {
     std::string s;
-    for (const ComputeDevice &d : compute_devices()) {
-        if (!s.empty()) s += ", ";
-        s += d.id;
-        if (d.id != "cpu") s += " (" + d.description + ", " + gigabytes(d.memory_total) + ")";
-    }
+    for (const ComputeDevice &d : compute_devices()) s += (s.empty() ? "" : ", ") + label(d);
     const GpuRegistry &r = gpu_registry();
     for (const std::string &u : r.unloadable) s += "; not loadable here: " + u;
     if (r.backends.empty() && r.unloadable.empty())
         s += "; this ggml has no GPU backend (script/setup --backend vulkan|cuda builds one)";
     return s;
+}
+
+InputError no_device(const std::string &name) {
+    return InputError("no compute device '" + name + "': devices here: " + device_list());
 }
 
 }  // namespace
@@ -132,22 +137,22 @@ std::string resolve_placement(const std::string &placement) {
     const bool known = std::any_of(std::begin(GPU_BACKENDS), std::end(GPU_BACKENDS), [&](const char *b) {
         return id.rfind(std::string(b) + ":", 0) == 0;
     });
-    throw InputError((known ? "no compute device '" + placement + "'"
-                            : "unknown compute device '" + placement + "' (cpu, vulkan[:N], cuda[:N] or auto)") +
-                     ": devices here: " + device_list());
+    if (known) throw no_device(placement);
+    throw InputError("unknown compute device '" + placement +
+                     "' (cpu, vulkan[:N], cuda[:N] or auto): devices here: " + device_list());
 }
 
 std::string describe_placement(const std::string &device_id) {
-    if (is_cpu(device_id)) return "cpu";
+    if (is_cpu(device_id)) return device_id;  // without loading the GPU backends
     for (const ComputeDevice &d : compute_devices())
-        if (d.id == device_id) return d.id + " (" + d.description + ", " + gigabytes(d.memory_total) + ")";
+        if (d.id == device_id) return label(d);
     return device_id;
 }
 
 ggml_backend_dev_t gpu_device(const std::string &device_id) {
     for (const GpuEntry &e : gpu_registry().devices)
         if (e.id == device_id) return e.dev;
-    throw InputError("no compute device '" + device_id + "': devices here: " + device_list());
+    throw no_device(device_id);
 }
 
 ggml_backend_t new_gpu_backend(const std::string &device_id) {

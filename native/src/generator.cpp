@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "code_predictor.h"
@@ -57,8 +58,8 @@ struct GenerationSession::State {
     GenerationTrace *trace;
     WorkerPool pool;  // the weight matmuls; the graphs themselves run on this thread
     BackendPtr backend;  // the CPU: the prompt, and the stacks placed on the CPU
-    // The stacks placed on a GPU: a backend on each device (one when both share it).
-    BackendPtr talker_gpu, predictor_gpu;
+    // A backend on each GPU a stack is placed on (one for both when they share it).
+    std::map<std::string, BackendPtr> backend_by_gpu;
     Rng rng;
     Sampling sampling;
     Prompt prompt;
@@ -89,20 +90,22 @@ struct GenerationSession::State {
         backend.reset(new_cpu_backend());
         prompt = build_prompt(m, ids, o, backend.get(), &pool);
         const auto t0 = std::chrono::steady_clock::now();
-        if (!m.talker_at.on_cpu()) talker_gpu.reset(new_gpu_backend(m.talker_at.device));
-        if (!m.predictor_at.on_cpu() && m.predictor_at.device != m.talker_at.device)
-            predictor_gpu.reset(new_gpu_backend(m.predictor_at.device));
-        ggml_backend_t talker_backend = talker_gpu ? talker_gpu.get() : backend.get();
-        ggml_backend_t predictor_backend = m.predictor_at.on_cpu() ? backend.get()
-                                           : predictor_gpu             ? predictor_gpu.get()
-                                                                       : talker_gpu.get();
-        talker = std::make_unique<TalkerRun>(m, prompt, o.max_frames, o.kv_block, talker_backend, &pool);
-        predictor = std::make_unique<CodePredictor>(m, predictor_backend, &pool);
+        talker = std::make_unique<TalkerRun>(m, prompt, o.max_frames, o.kv_block,
+                                             backend_for(m.talker_at), &pool);
+        predictor = std::make_unique<CodePredictor>(m, backend_for(m.predictor_at), &pool);
         graph_setup_ms = ms_since(t0);
         if (trace) {
             trace->hidden = prompt.width;
             trace->prefill_embeds = prompt.prefill;
         }
+    }
+
+    // Where a stack's graphs compute: the CPU backend, or the backend on its GPU.
+    ggml_backend_t backend_for(const StackPlacement &at) {
+        if (at.on_cpu()) return backend.get();
+        BackendPtr &gpu = backend_by_gpu[at.device];
+        if (!gpu) gpu.reset(new_gpu_backend(at.device));
+        return gpu.get();
     }
 
     // Feeds the last frame back: C(c0) + sum of the predictor's embeddings of c1..c15 + text.

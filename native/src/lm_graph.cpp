@@ -36,8 +36,7 @@ void add_embedding_row(const ggml_tensor *table, int64_t id, float *out) {
 std::vector<ggml_tensor *> stack_tensors(const LmStack &stack) {
     std::vector<ggml_tensor *> out{stack.norm};
     for (const LmLayer &L : stack.layers)
-        out.insert(out.end(), {L.attn_norm, L.q, L.k, L.v, L.o, L.q_norm, L.k_norm, L.ffn_norm,
-                               L.gate, L.up, L.down});
+        for (ggml_tensor *LmLayer::*t : LM_LAYER_TENSORS) out.push_back(L.*t);
     return out;
 }
 
@@ -69,9 +68,9 @@ LmStack DeviceCopies::stack(const LmStack &host) const {
     s.hp = host.hp;
     s.norm = (*this)[host.norm];
     for (const LmLayer &L : host.layers) {
-        const DeviceCopies &c = *this;
-        s.layers.push_back(LmLayer{c[L.attn_norm], c[L.q], c[L.k], c[L.v], c[L.o], c[L.q_norm],
-                                   c[L.k_norm], c[L.ffn_norm], c[L.gate], c[L.up], c[L.down]});
+        LmLayer copy;
+        for (ggml_tensor *LmLayer::*t : LM_LAYER_TENSORS) copy.*t = (*this)[L.*t];
+        s.layers.push_back(copy);
     }
     return s;
 }

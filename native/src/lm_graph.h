@@ -20,6 +20,12 @@ struct LmLayer {
     ggml_tensor *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *ffn_norm, *gate, *up, *down;
 };
 
+// Every tensor of a layer, for code that treats them all alike (stack_tensors, DeviceCopies).
+inline constexpr ggml_tensor *LmLayer::*LM_LAYER_TENSORS[] = {
+    &LmLayer::attn_norm, &LmLayer::q,      &LmLayer::k,        &LmLayer::v,
+    &LmLayer::o,         &LmLayer::q_norm, &LmLayer::k_norm,   &LmLayer::ffn_norm,
+    &LmLayer::gate,      &LmLayer::up,     &LmLayer::down};
+
 struct LmStack {
     LmHParams hp;
     std::vector<LmLayer> layers;

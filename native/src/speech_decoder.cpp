@@ -294,11 +294,18 @@ struct DecoderStream::State {
         n_past = 0;
     }
 
-    size_t state_bytes() const {
-        size_t n = 0;
+    // Every state tensor, in the context's order (the layout of save()).
+    std::vector<ggml_tensor *> state_tensors() const {
+        std::vector<ggml_tensor *> out;
         for (ggml_tensor *t = ggml_get_first_tensor(state_ctx.get()); t;
              t = ggml_get_next_tensor(state_ctx.get(), t))
-            n += ggml_nbytes(t);
+            out.push_back(t);
+        return out;
+    }
+
+    size_t state_bytes() const {
+        size_t n = 0;
+        for (ggml_tensor *t : state_tensors()) n += ggml_nbytes(t);
         return n;
     }
 };
@@ -618,8 +625,7 @@ std::vector<uint8_t> DecoderStream::save() const {
     std::vector<uint8_t> out(sizeof(int64_t) + state_->state_bytes());
     std::memcpy(out.data(), &state_->n_past, sizeof(int64_t));
     size_t at = sizeof(int64_t);
-    for (ggml_tensor *t = ggml_get_first_tensor(state_->state_ctx.get()); t;
-         t = ggml_get_next_tensor(state_->state_ctx.get(), t)) {
+    for (ggml_tensor *t : state_->state_tensors()) {
         ggml_backend_tensor_get(t, out.data() + at, 0, ggml_nbytes(t));
         at += ggml_nbytes(t);
     }
@@ -636,8 +642,7 @@ void DecoderStream::restore(const std::vector<uint8_t> &saved) {
                          std::to_string(saved.size()) + " bytes, expected " +
                          std::to_string(sizeof(int64_t) + size) + ")");
     size_t at = sizeof(int64_t);
-    for (ggml_tensor *t = ggml_get_first_tensor(state_->state_ctx.get()); t;
-         t = ggml_get_next_tensor(state_->state_ctx.get(), t)) {
+    for (ggml_tensor *t : state_->state_tensors()) {
         ggml_backend_tensor_set(t, saved.data() + at, 0, ggml_nbytes(t));
         at += ggml_nbytes(t);
     }

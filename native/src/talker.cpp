@@ -63,8 +63,7 @@ StackPlacement::StackPlacement(const std::string &device_id, const LmStack &host
     : device(device_id), stack(host), in_proj_w(in_w), in_proj_b(in_b), head(head_), heads(heads_) {
     if (on_cpu()) return;
     std::vector<ggml_tensor *> tensors = stack_tensors(host);
-    tensors.insert(tensors.end(), {in_w, in_b, head_, heads_});
-    tensors.erase(std::remove(tensors.begin(), tensors.end(), nullptr), tensors.end());
+    tensors.insert(tensors.end(), {in_w, in_b, head_, heads_});  // (DeviceCopies skips nulls)
     copies = std::make_unique<DeviceCopies>(tensors, ggml_backend_dev_buffer_type(gpu_device(device)), what);
     stack = copies->stack(host);
     in_proj_w = (*copies)[in_w], in_proj_b = (*copies)[in_b], head = (*copies)[head_], heads = (*copies)[heads_];
@@ -149,7 +148,7 @@ std::vector<float> TalkerModel::text_projection(const std::vector<int32_t> &ids,
 
 TalkerRun::TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, int64_t kv_block,
                      ggml_backend_t backend, WorkerPool *pool)
-    : m_(m), backend_(backend), pool_(m.talker_at.on_cpu() ? pool : nullptr), kv_block_(kv_block) {
+    : m_(m), backend_(backend), pool_(m.talker_at.graph_pool(pool)), kv_block_(kv_block) {
     const LmHParams &tk = m.hp.talker;
     // One slot per prompt row and per step, allocated in growing blocks: a large step budget
     // costs nothing until it is used, and attention never runs over more empty slots than one

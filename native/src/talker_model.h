@@ -31,6 +31,9 @@ struct StackPlacement {
     StackPlacement(const std::string &device, const LmStack &host, ggml_tensor *in_proj_w,
                    ggml_tensor *in_proj_b, ggml_tensor *head, ggml_tensor *heads, const char *what);
     bool on_cpu() const { return is_cpu(device); }
+    // The pool its graphs run our CPU ops in: `cpu_pool` on the CPU; none on a GPU, whose
+    // graphs are ggml's own ops only (see LmGraph).
+    WorkerPool *graph_pool(WorkerPool *cpu_pool) const { return on_cpu() ? cpu_pool : nullptr; }
 };
 
 struct TalkerModel {
