@@ -25,7 +25,6 @@ from typing import Any
 import aiomqtt
 import pytest
 from conftest import REFERENCE, ref_array
-from kazeia_dev.random_checkpoint import main as random_checkpoint
 
 from wyoming_kazeia.convert import convert
 from wyoming_kazeia.engine import Engine
@@ -103,16 +102,8 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("mqtt")
-    assert random_checkpoint([str(path / "ckpt"), "--size", "tiny", "--seed", "3", "-q"]) == 0
-    convert(path / "ckpt", path / "model", "f32")
-    return path / "model"
-
-
-@pytest.fixture(scope="module")
-def engine(model_dir: Path) -> Engine:
-    return Engine(model_dir, SETTINGS)
+def engine(tiny_model: Path) -> Engine:
+    return Engine(tiny_model, SETTINGS)
 
 
 @pytest.fixture
@@ -312,9 +303,9 @@ asyncio.run(main())
 """
 
 
-def test_last_will_says_offline_when_the_bridge_dies(model_dir: Path, broker: Broker) -> None:
+def test_last_will_says_offline_when_the_bridge_dies(tiny_model: Path, broker: Broker) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", LAST_WILL_BRIDGE, str(model_dir), str(broker.port)]
+        [sys.executable, "-c", LAST_WILL_BRIDGE, str(tiny_model), str(broker.port)]
     )
 
     async def scenario() -> None:
