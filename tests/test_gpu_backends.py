@@ -6,18 +6,17 @@ a GPU backend (script/setup --backend vulkan|cuda): in CI that is Mesa's lavapip
 driver that computes on the CPU (conftest lets ggml list it; ggml skips CPU-type devices
 otherwise). The placement checks at the top need no device.
 
-Tolerance: lavapipe multiplies matrices of more than 8 columns with f16 activations (about
-3e-4 relative), so talker logits and hidden states must be within 1e-2 of the reference
-(measured: at most 3.6e-3). Greedy codes must be identical, or, where they part, the choice
-must be one the backend's error can flip: its top-2 margin in the CPU engine's logits (which
-match the official ones within 1e-4) is below that same 1e-2.
+Tolerance: ggml's GPU backends compute in f32 here (the engine has Vulkan's products run in
+its f32 shaders, unless KAZEIA_VULKAN_F16=1, and asks every product for f32 precision), so a
+part on the GPU must match the reference as closely as the CPU engine does: talker logits and
+hidden states within 1e-4 (measured on lavapipe: 2.2e-6), the decoder within 1e-3, the
+issue's bound (measured: 6.5e-5). Greedy codes must be identical, or, where they part, the
+choice must be one the backend's error can flip: its top-2 margin in the CPU engine's logits
+(which match the official ones within 1e-4) is below that same 1e-4.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from wyoming_kazeia.native import (
 )
 from wyoming_kazeia.settings import EngineSettings
 
-TOLERANCE = 1e-2
+TOLERANCE = 1e-4
 MODES = {  # as tests/test_generator_parity.py
     "stream": ("vivian", "english", False),
     "nonstream": ("vivian", "english", True),
@@ -59,6 +58,10 @@ def test_the_cpu_is_always_a_device_and_auto_picks_the_first_gpu() -> None:
     gpus = [d for d in devices if d != "cpu"]
     cuda = [d for d in gpus if d.startswith("cuda:")]
     assert resolve_placement("auto") == (cuda or gpus or ["cpu"])[0]
+    # The banner's words for a device: its id, and for a GPU its name and memory.
+    assert describe_placement("cpu") == "cpu"
+    for gpu in compute_devices()[1:]:
+        assert describe_placement(gpu["id"]).startswith(f"{gpu['id']} ({gpu['description']}, ")
 
 
 @pytest.mark.parametrize(
@@ -85,12 +88,18 @@ def test_a_placement_of_another_form_is_a_settings_error(value: str) -> None:
         EngineSettings(backend=value)
 
 
-def test_the_stacks_follow_backend_and_the_decoder_only_its_own_setting() -> None:
+def test_every_part_follows_backend_unless_its_own_setting_says() -> None:
     s = EngineSettings(backend="AUTO", predictor_backend="cpu")
-    assert [s.placement(p) for p in ("talker", "predictor", "decoder")] == ["auto", "cpu", "cpu"]
+    assert [s.placement(p) for p in ("talker", "predictor", "decoder")] == ["auto", "cpu", "auto"]
+    devices = resolve_placements(s)
+    assert devices["decoder"] == devices["talker"] == resolve_placement("auto")
+    assert resolve_placements(s.replace(decoder_backend="CPU"))["decoder"] == "cpu"
+
+
+def test_a_decoder_process_decodes_on_the_cpu_whatever_backend_says() -> None:
+    s = EngineSettings(backend="auto", decoder_subprocess=True)
+    assert s.placement("decoder") == "cpu" and s.placement("talker") == "auto"
     assert resolve_placements(s)["decoder"] == "cpu"
-    auto = resolve_placements(s.replace(decoder_backend="auto"))
-    assert auto["decoder"] == auto["talker"] == resolve_placement("auto")
 
 
 @needs_gpu
@@ -185,10 +194,10 @@ def speak(engine: Engine) -> np.ndarray:
 
 
 @needs_gpu
-def test_engine_placed_on_a_gpu_speaks_as_on_the_cpu(tiny_model: Path) -> None:
-    """The service's engine with backend on the GPU: the stacks there, the decoder on the
-    CPU; greedy codes equal to the CPU engine's give the same samples."""
-    gpu = Engine(tiny_model, ENGINE_SETTINGS.replace(backend=GPU[0]))
+def test_engine_with_its_stacks_on_a_gpu_speaks_as_on_the_cpu(tiny_model: Path) -> None:
+    """The service's engine with the stacks on the GPU, the decoder on the CPU: greedy codes
+    equal to the CPU engine's give the same samples."""
+    gpu = Engine(tiny_model, ENGINE_SETTINGS.replace(backend=GPU[0], decoder_backend="cpu"))
     assert gpu.devices == {"talker": GPU[0], "predictor": GPU[0], "decoder": "cpu"}
     gpu_pcm, cpu_pcm = speak(gpu), speak(Engine(tiny_model, ENGINE_SETTINGS))
     assert len(gpu_pcm) == 12 * gpu.hop_length
@@ -198,54 +207,20 @@ def test_engine_placed_on_a_gpu_speaks_as_on_the_cpu(tiny_model: Path) -> None:
     assert gpu.devices["talker"] == "cpu" and gpu.generator.talker_device == "cpu"
 
 
-# The decoder on lavapipe: measured 2.2e-2 at most from the reference (the CPU: 3e-5). Traced
-# layer by layer against the same ggml ops on the CPU: the transformer's output is within
-# 3.5e-4 (relative) even with f32 activations (lavapipe's math builtins are approximations),
-# and the random-weight vocoder, whose activations reach ~130 before the last conv, amplifies
-# that about 60-fold. Hence a tolerance that says only that the GPU path computes the same
-# waveform; parity to 1e-3 is not shown on this driver.
-DECODER_TOLERANCE = 5e-2
+# The decoder on a GPU: within the issue's 1e-3 of the reference waveform (measured on lavapipe:
+# 3e-5 / 6.5e-5 for the two tiny models; the CPU engine: 3e-5). Streamed pushes are another
+# graph shape than the one-pass decode (other reduction orders): within the same bound of it
+# (measured: 3.6e-5), where on the CPU they are bit-exact.
+DECODER_TOLERANCE = 1e-3
 
 
-def mesa_22_lavapipe() -> bool:
-    """The GPU is Debian 12's lavapipe (Mesa 22.x), whose executor crashes now and then on the
-    decoder's graphs: a SIGSEGV in libvulkan_lvp's queue thread at the very address of its
-    crash on ggml's fused shaders (measured: 4 in 35 engine runs with the decoder there, 0 in
-    30 with it on the CPU; GGML_VK_DISABLE_GRAPH_OPTIMIZE and GGML_VK_SERIALIZE_SUBMISSIONS
-    do not help). vulkaninfo (Debian's vulkan-tools, script/gpu-deps) names the driver.
-    KAZEIA_GPU_DECODER_TESTS=1 runs the checks there all the same (by hand: a crash ends the
-    run)."""
-    if os.environ.get("KAZEIA_GPU_DECODER_TESTS") == "1":
-        return False
-    if not GPU or "llvmpipe" not in describe_placement(GPU[0]):
-        return False
-    try:
-        info = subprocess.run(
-            ["vulkaninfo", "--summary"], capture_output=True, text=True, timeout=60, check=False
-        ).stdout
-    except OSError:
-        return True  # cannot tell: taken for the driver measured here
-    return re.search(r"driverInfo\s*=\s*Mesa 22\.", info) is not None
-
-
-# The decoder's GPU checks run on every GPU but that one; they stay in the suite so that a
-# real GPU or a newer Mesa runs them.
-needs_a_decoder_safe_gpu = pytest.mark.skipif(
-    mesa_22_lavapipe(),
-    reason="Debian 12's lavapipe (Mesa 22) crashes in its own queue thread on the decoder's "
-    "graphs now and then (see mesa_22_lavapipe); KAZEIA_GPU_DECODER_TESTS=1 runs them there "
-    "by hand",
-)
-
-
-@needs_a_decoder_safe_gpu
 @needs_gpu
-def test_engine_with_its_decoder_on_a_gpu_speaks_within_the_decoder_tolerance(
-    tiny_model: Path,
-) -> None:
-    """The decoder placed on the GPU too: the same greedy codes as the CPU engine, a
-    waveform within the decoder's tolerance (int16 PCM); placed back, it reloads on the CPU."""
-    gpu = Engine(tiny_model, ENGINE_SETTINGS.replace(backend=GPU[0], decoder_backend=GPU[0]))
+def test_engine_placed_on_a_gpu_speaks_within_the_decoder_tolerance(tiny_model: Path) -> None:
+    """backend on the GPU places all three parts there: the same greedy codes as the CPU
+    engine, a waveform within the decoder's tolerance (int16 PCM); placed back, the decoder
+    reloads on the CPU."""
+    gpu = Engine(tiny_model, ENGINE_SETTINGS.replace(backend=GPU[0]))
+    assert gpu.devices == {"talker": GPU[0], "predictor": GPU[0], "decoder": GPU[0]}
     assert gpu.decoder.device == GPU[0]
     cpu_pcm = speak(Engine(tiny_model, ENGINE_SETTINGS))
     assert np.abs(speak(gpu).astype(np.int32) - cpu_pcm).max() < DECODER_TOLERANCE * 32767
@@ -253,49 +228,71 @@ def test_engine_with_its_decoder_on_a_gpu_speaks_within_the_decoder_tolerance(
     assert gpu.decoder.device == "cpu"
 
 
-@pytest.fixture(scope="module")
-def decoder_on_gpu(decoder_gguf: dict[str, Path]) -> SpeechDecoder:
+@pytest.fixture(scope="module", params=REFERENCE_MODELS)
+def decoder_on_gpu(
+    request: pytest.FixtureRequest, decoder_gguf: dict[str, Path]
+) -> tuple[str, SpeechDecoder]:
+    """(model, its decoder on the GPU)."""
     if not GPU:
         pytest.skip("no GPU device here")
-    decoder = SpeechDecoder(str(decoder_gguf[REFERENCE_MODELS[0]]), threads=2, device=GPU[0])
+    decoder = SpeechDecoder(str(decoder_gguf[request.param]), threads=2, device=GPU[0])
     assert decoder.device == GPU[0]
-    return decoder
+    return request.param, decoder
 
 
-@needs_a_decoder_safe_gpu
 @needs_gpu
-def test_decoder_on_gpu_speaks_the_reference_waveform(decoder_on_gpu: SpeechDecoder) -> None:
-    codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")
-    out = decoder_on_gpu.decode(codes)
+def test_decoder_on_gpu_speaks_the_reference_waveform(
+    decoder_on_gpu: tuple[str, SpeechDecoder],
+) -> None:
+    name, decoder = decoder_on_gpu
+    codes = ref_codes(name, "dec_codes")
+    out = decoder.decode(codes)
     assert out.shape == (len(codes) * 1920,)
-    expected = ref_array(REFERENCE_MODELS[0], "dec_wav_full").reshape(-1)
+    expected = ref_array(name, "dec_wav_full").reshape(-1)
     assert np.abs(out - expected).max() < DECODER_TOLERANCE
 
 
-@needs_a_decoder_safe_gpu
 @needs_gpu
 @pytest.mark.parametrize("chunk", [1, 4])
 def test_decoder_on_gpu_streams_what_it_decodes_in_one_pass(
-    decoder_on_gpu: SpeechDecoder, chunk: int
+    decoder_on_gpu: tuple[str, SpeechDecoder], chunk: int
 ) -> None:
-    codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")[:24]
-    full = decoder_on_gpu.decode(codes)
-    stream = decoder_on_gpu.stream()
+    name, decoder = decoder_on_gpu
+    codes = ref_codes(name, "dec_codes")[:24]
+    full = decoder.decode(codes)
+    stream = decoder.stream()
     parts = [stream.push(codes[i : i + chunk]) for i in range(0, len(codes), chunk)]
     assert np.abs(np.concatenate(parts) - full).max() < DECODER_TOLERANCE
 
 
-@needs_a_decoder_safe_gpu
+@needs_gpu
+def test_streams_on_a_gpu_take_pushes_of_any_size_in_turn(
+    decoder_on_gpu: tuple[str, SpeechDecoder],
+) -> None:
+    """Fresh streams each pushing 1 frame, then 4, as the engine does: every push fits in the
+    graph memory sized at the stream's start (when a push grew it instead, lavapipe read the
+    freed buffer: this crashed the process in each of 3 runs)."""
+    name, decoder = decoder_on_gpu
+    codes = ref_codes(name, "dec_codes")[:13]
+    full = decoder.decode(codes)
+    for _ in range(10):
+        stream = decoder.stream()
+        parts = [stream.push(codes[:1])]
+        parts += [stream.push(codes[i : i + 4]) for i in range(1, len(codes), 4)]
+        assert np.abs(np.concatenate(parts) - full).max() < DECODER_TOLERANCE
+
+
 @needs_gpu
 def test_decoder_state_on_a_gpu_saves_and_restores_exactly(
-    decoder_on_gpu: SpeechDecoder,
+    decoder_on_gpu: tuple[str, SpeechDecoder],
 ) -> None:
     """The state lives in the device's memory: saved and restored through the backend, a
     stream continues with the very samples of the stream it was saved from."""
-    codes = ref_codes(REFERENCE_MODELS[0], "dec_codes")[:12]
-    first = decoder_on_gpu.stream()
+    name, decoder = decoder_on_gpu
+    codes = ref_codes(name, "dec_codes")[:12]
+    first = decoder.stream()
     first.push(codes[:8])
     saved = first.save()
-    second = decoder_on_gpu.stream()
+    second = decoder.stream()
     second.restore(saved)
     assert np.array_equal(second.push(codes[8:]), first.push(codes[8:]))

@@ -190,20 +190,19 @@ class EngineSettings:
         default=0,
     )
     # The default install's ggml has only its CPU backend (a GPU one is an opt-in build), so
-    # the default stays the CPU; a stack's own setting overrides this one.
+    # the default stays the CPU; a part's own setting overrides this one.
     backend: str = _opt(
         "KZTTS_BACKEND",
-        "where the talker and code predictor compute (unless their own settings say; the "
-        "decoder follows decoder_backend only)",
+        "where the talker, code predictor and speech decoder compute (unless their own "
+        "settings say; a decoder_subprocess decoder computes on the CPU)",
         PLACEMENT,
         default="cpu",
     )
     talker_backend: str | None = _part_placement("talker", "talker")
     predictor_backend: str | None = _part_placement("predictor", "code predictor")
-    # The decoder goes to a GPU only when named here: its GPU path is new (on lavapipe, the
-    # one Vulkan device it was checked on, its waveform lies within 5e-2 of the reference,
-    # where the CPU's is within 1e-4).
-    decoder_backend: str | None = _part_placement("decoder", "speech decoder", "the CPU")
+    decoder_backend: str | None = _part_placement(
+        "decoder", "speech decoder", "backend; with decoder_subprocess, the CPU"
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -215,9 +214,11 @@ class EngineSettings:
 
     def placement(self, part: str) -> str:
         """Where model part `part` (one of PARTS) computes, as set: its own setting, else
-        `backend` (the decoder: the CPU), lower-cased, not yet resolved to a device."""
+        `backend` (but the CPU for the decoder of a kazeia-decoder process, which has no GPU
+        path), lower-cased, not yet resolved to a device."""
         own: str | None = getattr(self, f"{part}_backend")
-        return (own or ("cpu" if part == "decoder" else self.backend)).lower()
+        in_process = not (part == "decoder" and self.decoder_subprocess)
+        return (own or (self.backend if in_process else "cpu")).lower()
 
     @staticmethod
     def is_advanced(name: str) -> bool:

@@ -121,7 +121,7 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
     for (ggml_tensor *t : {embeds_, positions_, slots_, mask_}) ggml_set_input(t);
 
     auto mm = [&](ggml_tensor *w, ggml_tensor *t) {
-        return pool ? pool_mul_mat(ctx, w, t, pool) : ggml_mul_mat(ctx, w, t);
+        return pool ? pool_mul_mat(ctx, w, t, pool) : mul_mat_f32(ctx, w, t);
     };
     ggml_tensor *x = embeds_;
     if (in_proj_w) x = ggml_add(ctx, mm(in_proj_w, x), in_proj_b);

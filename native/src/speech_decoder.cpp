@@ -336,7 +336,7 @@ class GraphBuilder {
         kq_mask = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.sliding_window - 1 + n, n);
         ggml_set_input(kq_mask);
 
-        ggml_tensor *x = quantizer(n);
+        ggml_tensor *x = quantizer();
         x = causal_conv(x, s_.pre_conv, m_.pre_conv, 1);
         x = transformer(x, n);
         for (size_t i = 0; i < m_.upsample.size(); ++i) x = upsample(x, m_.upsample[i], s_.up_dw[i]);
@@ -351,7 +351,7 @@ class GraphBuilder {
     }
 
   private:
-    ggml_tensor *quantizer(int64_t n) {
+    ggml_tensor *quantizer() {
         const DecoderHParams &hp = m_.hp;
         ggml_tensor *semantic = nullptr, *acoustic = nullptr;
         for (uint32_t q = 0; q < hp.num_quantizers; ++q) {
@@ -379,11 +379,14 @@ class GraphBuilder {
             cols = full;
         } else if (dilation == 1) {
             cols = as_strided(full, c.k * c.in, len, 1, full->nb[1], full->nb[1] * len);
+            // ggml's Vulkan backend copies a strided operand to f16 before its product: made
+            // dense (in f32) here instead.
+            if (gpu_) cols = ggml_cont(ctx_, cols);
         } else {
             ggml_tensor *taps = as_strided(full, c.in, c.k, len, dilation * full->nb[1], full->nb[1]);
             cols = ggml_reshape_2d(ctx_, ggml_cont(ctx_, taps), c.k * c.in, len);
         }
-        ggml_tensor *y = ggml_mul_mat(ctx_, c.w, cols);
+        ggml_tensor *y = mul_mat_f32(ctx_, c.w, cols);
         if (c.b) y = ggml_add(ctx_, y, c.b);
         return residual ? ggml_add(ctx_, y, residual) : y;
     }
@@ -530,13 +533,26 @@ void check_codes(const DecoderHParams &hp, const int32_t *codes, int64_t n_frame
 }
 
 // Evaluates one chunk of at most DECODER_MAX_CHUNK_FRAMES frames, appending to `out`.
+// The graph of a push of n frames, in the stream's graph memory (one at a time).
+struct PushGraph {
+    GgmlContextPtr ctx;
+    ggml_cgraph *gf;
+    GraphBuilder builder;
+    ggml_tensor *wav;
+
+    PushGraph(DecoderStream::State &s, int64_t n)
+        : ctx(ggml_init({s.graph_mem.size(), s.graph_mem.data(), true})),
+          gf(ggml_new_graph_custom(ctx.get(), GRAPH_SIZE, false)),
+          builder(s, ctx.get(), gf),
+          wav(builder.build(n)) {}
+};
+
 void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t n, std::vector<float> &out) {
     const DecoderHParams &hp = s.m.hp;
-    ggml_init_params params = {s.graph_mem.size(), s.graph_mem.data(), true};
-    GgmlContextPtr ctx(ggml_init(params));
-    ggml_cgraph *gf = ggml_new_graph_custom(ctx.get(), GRAPH_SIZE, false);
-    GraphBuilder builder(s, ctx.get(), gf);
-    ggml_tensor *wav = builder.build(n);
+    PushGraph graph(s, n);
+    GraphBuilder &builder = graph.builder;
+    ggml_cgraph *gf = graph.gf;
+    ggml_tensor *wav = graph.wav;
     if (!ggml_gallocr_alloc_graph(s.allocr.get(), gf))
         throw std::runtime_error("out of memory allocating the decoder graph");
 
@@ -596,7 +612,18 @@ std::vector<float> SpeechDecoder::decode(const int32_t *codes, int64_t n_frames)
 }
 
 DecoderStream::DecoderStream(const SpeechDecoder::Model &model)
-    : state_(std::make_unique<State>(model)) {}
+    : state_(std::make_unique<State>(model)) {
+    // On a GPU, the graph memory is sized once, for the largest push, which every smaller
+    // push fits in: no push frees a device buffer that the backend's descriptor sets still
+    // name (legal in Vulkan, but Debian 12's lavapipe, Mesa 22, then reads the freed buffer:
+    // heap corruption with pushes of 1 then 4 frames, found with valgrind), and no push pays
+    // for a reallocation. On the CPU the memory grows with the pushes as they come.
+    if (!is_cpu(model.device)) {
+        PushGraph largest(*state_, DECODER_MAX_CHUNK_FRAMES);
+        if (!ggml_gallocr_reserve(state_->allocr.get(), largest.gf))
+            throw std::runtime_error("out of memory allocating the decoder graph");
+    }
+}
 
 DecoderStream::~DecoderStream() = default;
 
