@@ -17,6 +17,9 @@ choice must be one the backend's error can flip: its top-2 margin in the CPU eng
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +65,38 @@ def test_the_cpu_is_always_a_device_and_auto_picks_the_first_gpu() -> None:
     assert describe_placement("cpu") == "cpu"
     for gpu in compute_devices()[1:]:
         assert describe_placement(gpu["id"]).startswith(f"{gpu['id']} ({gpu['description']}, ")
+
+
+GETENV_AFTER_DEVICES = """
+import ctypes
+from wyoming_kazeia.native import compute_devices
+compute_devices()
+libc = ctypes.CDLL(None)
+libc.getenv.restype = ctypes.c_char_p
+print(libc.getenv(b"GGML_VK_DISABLE_F16"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("environment", "disable_f16"),
+    [({}, "b'1'"), ({"KAZEIA_VULKAN_F16": "1"}, "None"), ({"GGML_VK_DISABLE_F16": "x"}, "b'x'")],
+)
+def test_vulkan_products_run_in_f32_unless_f16_is_asked_for(
+    environment: dict[str, str], disable_f16: str
+) -> None:
+    """By the first question about devices, before ggml opens a Vulkan device, ggml is told
+    to use its f32 shaders, unless KAZEIA_VULKAN_F16=1 or the user set ggml's variable."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("GGML_VK_DISABLE_F16", "KAZEIA_VULKAN_F16")
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", GETENV_AFTER_DEVICES],
+        env=env | environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == disable_f16
 
 
 @pytest.mark.parametrize(

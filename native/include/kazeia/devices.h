@@ -1,7 +1,9 @@
 // Where a model part computes: "cpu" (our CPU engine: ggml's CPU kernels and our own) or a GPU
 // that ggml's Vulkan or CUDA backend sees ("vulkan:0", "cuda:1", ...). GPU backends exist only
 // in a ggml built with them (script/ggml-wheel --backend vulkan|cuda); the default build has
-// none, and a box without a GPU driver simply lists none.
+// none, and a box without a GPU driver simply lists none. A part on a GPU computes in f32, as
+// on the CPU: the first question about devices has ggml's Vulkan backend use its f32 shaders
+// (KAZEIA_VULKAN_F16=1 keeps its f16 ones), before the backend opens a device.
 #pragma once
 
 #include <cstddef>
