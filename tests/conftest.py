@@ -20,10 +20,6 @@ from wyoming_kazeia.convert import convert, convert_part, part_metadata, part_te
 # where ggml was built with Vulkan, CI's lavapipe (Mesa's Vulkan driver on the CPU) is a device
 # for tests/test_gpu_backends.py. Set before anything asks ggml for its devices.
 os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
-# Debian 12's lavapipe (Mesa 22.3) crashes in its own worker thread on ggml's fused Vulkan
-# shaders in the stacks' tests (6 full runs of tests/test_gpu_backends.py in 6 crashed, none
-# without fusion): the tests check ggml's unfused ops there. Real drivers run the fused ones.
-os.environ.setdefault("GGML_VK_DISABLE_FUSION", "1")
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "reference"

@@ -198,6 +198,19 @@ def test_generator_on_a_gpu_matches_official(
 
 
 @needs_gpu
+def test_a_cache_growing_on_a_gpu_changes_no_code(
+    on_gpu: tuple[str, Generator, Generator],
+) -> None:
+    """The talker's cache grown every 5 frames (its step graph rebuilt each time, the spent
+    ones kept for the run): the same greedy codes as the reference."""
+    name, gpu, _ = on_gpu
+    speaker, language, non_streaming = MODES["stream"]
+    ids = ref_array(name, "input_ids")
+    trace = gpu.trace(ids, speaker, language, non_streaming, FRAMES, kv_block=5)
+    assert np.array_equal(trace["codes"], ref_array(name, "stream_codes"))
+
+
+@needs_gpu
 def test_frames_on_a_gpu_stream_what_generate_returns(
     on_gpu: tuple[str, Generator, Generator],
 ) -> None:

@@ -188,9 +188,10 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
         }
         return;
     }
-    LmGraph voice(m_.talker_at.stack, *cache_, rows, tk.hidden_size, nullptr, nullptr, m_.talker_at.head,
-                  nullptr, backend_, pool_);
-    voice.eval(prompt.prefill.data(), 0);
+    auto voice = std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, rows, tk.hidden_size, nullptr,
+                                           nullptr, m_.talker_at.head, nullptr, backend_, pool_);
+    voice->eval(prompt.prefill.data(), 0);
+    spent_.push_back(std::move(voice));
     entry.key = prompt.voice_key;
     entry.rows = rows;
     entry.k.resize(cache_->k.size());
@@ -209,8 +210,8 @@ void TalkerRun::grow(int64_t slots) {
     if (pos_ >= cache_->capacity)
         throw std::runtime_error("talker KV cache capacity exceeded");  // steps bound the run
     cache_->extend(slots);  // (at most its capacity)
-    step_graph_.reset();
-    prefill_graph_.reset();  // done with
+    spent_.push_back(std::move(step_graph_));
+    if (prefill_graph_) spent_.push_back(std::move(prefill_graph_));
     step_graph_ = std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, 1, tk.hidden_size, nullptr,
                                             nullptr, m_.talker_at.head, nullptr, backend_, pool_);
 }

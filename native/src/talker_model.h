@@ -104,6 +104,11 @@ class TalkerRun {
     int64_t kv_block_, pos_ = 0;
     std::unique_ptr<KvCache> cache_;
     std::unique_ptr<LmGraph> prefill_graph_, step_graph_;
+    // Graphs this run is done with (the voice prefix's, those a growing cache replaced): kept
+    // until it ends, not freed, because a GPU backend's descriptor sets may still name their
+    // buffers (legal in Vulkan; Debian 12's lavapipe, Mesa 22, then reads the freed buffer when
+    // the next graph runs: every full run of the GPU tests with ggml's fused shaders crashed).
+    std::vector<std::unique_ptr<LmGraph>> spent_;
     const LmGraph *last_ = nullptr;
 };
 
