@@ -102,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stream-chunk", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--decoder-subprocess", action="store_true")
-    for part in ("", *PARTS):
-        name = f"{part}_backend" if part else "backend"
+    placements = ("backend", *(f"{part}_backend" for part in PARTS))
+    for name in placements:
         parser.add_argument(
             "--" + name.replace("_", "-"),
             help=f"as the server's (KZTTS_{name.upper()}): {EngineSettings.bounds(name).text(str)}",
@@ -120,7 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     overrides: dict[str, Any] = {}
-    placements = ("backend", *(f"{part}_backend" for part in PARTS))
     for name in ("stream_chunk", "seed", "repetition_penalty", "max_frames", *placements):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)

@@ -90,12 +90,13 @@ ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
 
 namespace kazeia {
 
-// The same operators in ggml's own ops, for a model part placed on a backend other than our
-// CPU one (a GPU): what window_attention and snake_beta compute, with the same arguments (the
-// attention's k and v any [hd * nkv, n_kv] rows, e.g. views of a cache).
 // A matrix product in f32 on any backend: ggml's GPU backends may otherwise compute it in f16
 // (CUDA's cuBLAS path for f16 or quantized weights); see also choose_vulkan_precision.
 ggml_tensor *mul_mat_f32(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
+
+// The same operators in ggml's own ops, for a model part placed on a backend other than our
+// CPU one (a GPU): what window_attention and snake_beta compute, with the same arguments (the
+// attention's k and v any [hd * nkv, n_kv] rows, e.g. views of a cache).
 ggml_tensor *attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
                                    ggml_tensor *mask, int64_t n_kv_heads, float scale);
 ggml_tensor *snake_beta_in_ggml_ops(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,

@@ -532,7 +532,6 @@ void check_codes(const DecoderHParams &hp, const int32_t *codes, int64_t n_frame
     }
 }
 
-// Evaluates one chunk of at most DECODER_MAX_CHUNK_FRAMES frames, appending to `out`.
 // The graph of a push of n frames, in the stream's graph memory (one at a time).
 struct PushGraph {
     GgmlContextPtr ctx;
@@ -547,6 +546,7 @@ struct PushGraph {
           wav(builder.build(n)) {}
 };
 
+// Evaluates one chunk of at most DECODER_MAX_CHUNK_FRAMES frames, appending to `out`.
 void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t n, std::vector<float> &out) {
     const DecoderHParams &hp = s.m.hp;
     PushGraph graph(s, n);
