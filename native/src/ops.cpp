@@ -801,6 +801,35 @@ ggml_tensor *attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tenso
     return ggml_reshape_2d(ctx, ggml_cont(ctx, o), hd * nh, n);
 }
 
+ggml_tensor *strided_view(ggml_context *ctx, ggml_tensor *full, const int64_t (&ne)[4],
+                          const size_t (&nb)[4]) {
+    GGML_ASSERT(ggml_is_contiguous(full) && full->type == GGML_TYPE_F32);
+    ggml_tensor *v = ggml_view_1d(ctx, full, 1, 0);
+    for (int d = 0; d < 4; ++d) v->ne[d] = ne[d];
+    for (int d = 1; d < 4; ++d) v->nb[d] = nb[d];
+    GGML_ASSERT(ggml_nbytes(v) <= ggml_nbytes(full));
+    return v;
+}
+
+ggml_tensor *window_attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
+                                          ggml_tensor *v, ggml_tensor *mask, int64_t n_kv_heads,
+                                          float scale) {
+    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], nkv = n_kv_heads;
+    const int64_t window = k->ne[1] - n + 1;
+    // [hd, window, nkv, n]: query i's keys (or values) per kv head, overlapping views made
+    // dense (ggml's Vulkan backend copies a strided operand to f16 before its product).
+    auto windows = [&](ggml_tensor *t) {
+        const size_t row = t->nb[1];
+        return ggml_cont(ctx, strided_view(ctx, t, {hd, window, nkv, n},
+                                           {sizeof(float), row, hd * sizeof(float), row}));
+    };
+    // Query head h = g + (nh / nkv) * j reads kv head j, as the CPU kernel and HF's repeat_kv.
+    ggml_tensor *qg = ggml_reshape_4d(ctx, q, hd, nh / nkv, nkv, n);
+    ggml_tensor *w = ggml_soft_max_ext(ctx, mul_mat_f32(ctx, windows(k), qg), mask, scale, 0.0f);
+    ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, windows(v), 1, 0, 2, 3));  // [window, hd, ..]
+    return ggml_reshape_2d(ctx, mul_mat_f32(ctx, vt, w), hd * nh, n);  // [hd, nh / nkv, nkv, n]
+}
+
 ggml_tensor *snake_beta_in_ggml_ops(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,
                                     ggml_tensor *inv_beta) {
     // sin^2 has period pi: reduced to [-pi/2, pi/2] first, as the CPU kernel does, because a

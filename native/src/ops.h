@@ -102,4 +102,22 @@ ggml_tensor *attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tenso
 ggml_tensor *snake_beta_in_ggml_ops(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,
                                     ggml_tensor *inv_beta);
 
+// The decoder's sliding-window attention in ggml's own ops, with every query's keys laid out
+// alike: query i (of n) reads its own `window` key columns i .. i + window - 1 of k and v
+// ([hd * nkv, window - 1 + n]), so a frame's scores sit at the same places, and are summed in
+// the same order, whatever column of whichever push it is in. That makes a GPU's streamed
+// decode bit-equal to its one-pass decode (attention_in_ggml_ops puts a query's keys at its
+// own offset in a row of all keys: other soft_max reduction orders per column). The mask is
+// [window, nh / nkv, 1, n]: 0 or -inf per query and window place.
+ggml_tensor *window_attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
+                                          ggml_tensor *v, ggml_tensor *mask, int64_t n_kv_heads,
+                                          float scale);
+
+// A view of the contiguous f32 tensor `full` with the extents ne and the byte strides
+// nb[1..3], which may overlap (numpy's as_strided): e.g. the im2col matrix of a conv is such a
+// view of its left-padded input. ggml's own view functions size a view as the product of its
+// extents and so reject overlapping ones; this one must still lie inside `full`.
+ggml_tensor *strided_view(ggml_context *ctx, ggml_tensor *full, const int64_t (&ne)[4],
+                          const size_t (&nb)[4]);
+
 }  // namespace kazeia

@@ -323,17 +323,26 @@ class GraphBuilder {
     // may take an index vector only at the start of its own allocation).
     std::vector<ggml_tensor *> codes;
     ggml_tensor *positions = nullptr;  // I32 [n]
-    ggml_tensor *kq_mask = nullptr;    // F32 [window - 1 + n, n]
+    // F32: on the CPU [window - 1 + n, n], each query's row over all keys; on a GPU
+    // [window, heads per kv head, 1, n], each query's row over its own window (see
+    // window_attention_in_ggml_ops).
+    ggml_tensor *kq_mask = nullptr;
 
-    ggml_tensor *build(int64_t n) {
+    // The graph of n frames of which the first `valid` are pushed (the rest pad the push to a
+    // fixed shape, see push_chunk): only the valid frames' tails are kept as the next state.
+    ggml_tensor *build(int64_t n, int64_t valid) {
         const DecoderHParams &hp = m_.hp;
+        n_ = n;
+        valid_ = valid;
         for (uint32_t q = 0; q < hp.num_quantizers; ++q) {
             codes.push_back(ggml_new_tensor_1d(ctx_, GGML_TYPE_I32, n));
             ggml_set_input(codes.back());
         }
         positions = ggml_new_tensor_1d(ctx_, GGML_TYPE_I32, n);
         ggml_set_input(positions);
-        kq_mask = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.sliding_window - 1 + n, n);
+        kq_mask = gpu_ ? ggml_new_tensor_4d(ctx_, GGML_TYPE_F32, hp.sliding_window,
+                                            hp.num_heads / hp.num_kv_heads, 1, n)
+                       : ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.sliding_window - 1 + n, n);
         ggml_set_input(kq_mask);
 
         ggml_tensor *x = quantizer();
@@ -378,36 +387,19 @@ class GraphBuilder {
         if (c.k == 1) {
             cols = full;
         } else if (dilation == 1) {
-            cols = as_strided(full, c.k * c.in, len, 1, full->nb[1], full->nb[1] * len);
+            cols = strided_view(ctx_, full, {c.k * c.in, len, 1, 1},
+                                {sizeof(float), full->nb[1], full->nb[1] * len, full->nb[1] * len});
             // ggml's Vulkan backend copies a strided operand to f16 before its product: made
             // dense (in f32) here instead.
             if (gpu_) cols = ggml_cont(ctx_, cols);
         } else {
-            ggml_tensor *taps = as_strided(full, c.in, c.k, len, dilation * full->nb[1], full->nb[1]);
+            ggml_tensor *taps = strided_view(ctx_, full, {c.in, c.k, len, 1},
+                                             {sizeof(float), dilation * full->nb[1], full->nb[1], full->nb[1] * len});
             cols = ggml_reshape_2d(ctx_, ggml_cont(ctx_, taps), c.k * c.in, len);
         }
         ggml_tensor *y = mul_mat_f32(ctx_, c.w, cols);
         if (c.b) y = ggml_add(ctx_, y, c.b);
         return residual ? ggml_add(ctx_, y, residual) : y;
-    }
-
-    // A view of `full` with arbitrary (overlapping) strides, like numpy's as_strided: the im2col
-    // matrix of a conv is such a view of its left-padded input (column t of an undilated conv
-    // is the k*in contiguous floats from input column t on). ggml's view functions size a view
-    // as the product of its extents and reject overlapping ones, so the view is made minimal
-    // and then given its shape; its real extent (ggml_nbytes) must lie inside `full`.
-    ggml_tensor *as_strided(ggml_tensor *full, int64_t ne0, int64_t ne1, int64_t ne2, size_t nb1,
-                            size_t nb2) {
-        GGML_ASSERT(ggml_is_contiguous(full) && full->type == GGML_TYPE_F32);
-        ggml_tensor *v = ggml_view_1d(ctx_, full, 1, 0);
-        v->ne[0] = ne0;
-        v->ne[1] = ne1;
-        v->ne[2] = ne2;
-        v->nb[1] = nb1;
-        v->nb[2] = nb2;
-        v->nb[3] = nb2 * ne2;
-        GGML_ASSERT(ggml_nbytes(v) <= ggml_nbytes(full));
-        return v;
     }
 
     // Our CPU ops, or ggml's own for a GPU (which computes every op of the graph).
@@ -416,12 +408,13 @@ class GraphBuilder {
                     : snake_beta(ctx_, x, sn.alpha, sn.inv_beta, &s_.pool);
     }
 
-    // concat(state, x) along time, and the graph copies its last columns back into state.
+    // concat(state, x) along time, and the graph copies the last columns of its valid part
+    // back into state (x's columns are n_ frames at this layer's rate, the first valid_ real).
     ggml_tensor *with_history(ggml_tensor *x, ggml_tensor *state) {
         ggml_tensor *full = gpu_ ? ggml_concat(ctx_, state, x, 1) : concat_time(ctx_, state, x);
-        const int64_t keep = state->ne[1];
+        const int64_t keep = state->ne[1], valid = x->ne[1] / n_ * valid_;
         ggml_tensor *tail =
-            ggml_view_2d(ctx_, full, full->ne[0], keep, full->nb[1], x->ne[1] * full->nb[1]);
+            ggml_view_2d(ctx_, full, full->ne[0], keep, full->nb[1], valid * full->nb[1]);
         ggml_build_forward_expand(gf_, ggml_cpy(ctx_, tail, state));
         return full;
     }
@@ -460,7 +453,7 @@ class GraphBuilder {
 
             ggml_tensor *o;
             if (gpu_) {
-                o = attention_in_ggml_ops(ctx_, q, k_all, v_all, kq_mask, nkv, scale);
+                o = window_attention_in_ggml_ops(ctx_, q, k_all, v_all, kq_mask, nkv, scale);
             } else {
                 attention_.push_back(AttentionParams{nkv, scale, &s_.pool});
                 o = window_attention(ctx_, q, k_all, v_all, kq_mask, &attention_.back());
@@ -513,6 +506,7 @@ class GraphBuilder {
     DecoderStream::State &s_;
     const SpeechDecoder::Model &m_;
     const bool gpu_;
+    int64_t n_ = 0, valid_ = 0;
     std::deque<ConvGemmParams> params_;  // referenced by the graph's conv_gemm nodes
     std::deque<AttentionParams> attention_;  // and by its attention nodes
     ggml_context *ctx_;
@@ -532,33 +526,44 @@ void check_codes(const DecoderHParams &hp, const int32_t *codes, int64_t n_frame
     }
 }
 
-// The graph of a push of n frames, in the stream's graph memory (one at a time).
+// The graph of a push of n frames, the first `valid` real, in the stream's graph memory (one
+// at a time).
 struct PushGraph {
     GgmlContextPtr ctx;
     ggml_cgraph *gf;
     GraphBuilder builder;
     ggml_tensor *wav;
 
-    PushGraph(DecoderStream::State &s, int64_t n)
+    PushGraph(DecoderStream::State &s, int64_t n, int64_t valid)
         : ctx(ggml_init({s.graph_mem.size(), s.graph_mem.data(), true})),
           gf(ggml_new_graph_custom(ctx.get(), GRAPH_SIZE, false)),
           builder(s, ctx.get(), gf),
-          wav(builder.build(n)) {}
+          wav(builder.build(n, valid)) {}
 };
 
 // Evaluates one chunk of at most DECODER_MAX_CHUNK_FRAMES frames, appending to `out`.
-void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t n, std::vector<float> &out) {
+//
+// On a GPU every chunk is computed as DECODER_MAX_CHUNK_FRAMES frames, the pushed ones then
+// padding (code 0, dropped from the output and the state): its backend picks kernels (matrix-
+// vector or tiled, split-k) and so summation orders by an operand's shape, so a frame would
+// come out otherwise in a push of 1 than in one of 16. With one shape every frame is computed
+// alike (each output column of a product depends only on its own column; the attention reads
+// each query's own window), and a streamed decode is bit-equal to the one-pass decode. The
+// padding costs device time that a GPU has to spare at these sizes. On the CPU our kernels
+// compute each column alike at any width: no padding.
+void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t valid,
+                std::vector<float> &out) {
     const DecoderHParams &hp = s.m.hp;
-    PushGraph graph(s, n);
+    const bool gpu = !is_cpu(s.m.device);
+    const int64_t n = gpu ? DECODER_MAX_CHUNK_FRAMES : valid;
+    PushGraph graph(s, n, valid);
     GraphBuilder &builder = graph.builder;
-    ggml_cgraph *gf = graph.gf;
-    ggml_tensor *wav = graph.wav;
-    if (!ggml_gallocr_alloc_graph(s.allocr.get(), gf))
+    if (!ggml_gallocr_alloc_graph(s.allocr.get(), graph.gf))
         throw std::runtime_error("out of memory allocating the decoder graph");
 
     const int64_t nq = hp.num_quantizers;
-    std::vector<int32_t> by_quantizer(n * nq);
-    for (int64_t t = 0; t < n; ++t)
+    std::vector<int32_t> by_quantizer(n * nq, 0);
+    for (int64_t t = 0; t < valid; ++t)
         for (int64_t q = 0; q < nq; ++q) by_quantizer[q * n + t] = codes[t * nq + q];
     for (int64_t q = 0; q < nq; ++q)
         ggml_backend_tensor_set(builder.codes[q], by_quantizer.data() + q * n, 0, n * 4);
@@ -567,23 +572,33 @@ void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t n, std::v
     for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)(s.n_past + i);
     ggml_backend_tensor_set(builder.positions, pos.data(), 0, pos.size() * 4);
 
-    // Key column c holds absolute frame n_past - (window - 1) + c; query i is frame n_past + i
-    // and sees the `window` frames ending at itself that exist.
-    const int64_t hist = hp.sliding_window - 1, n_kv = hist + n;
-    std::vector<float> mask(n_kv * n);
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t c = 0; c < n_kv; ++c) {
-            const bool visible = c >= i && c <= hist + i && c >= hist - s.n_past;
-            mask[i * n_kv + c] = visible ? 0.0f : -INFINITY;
-        }
+    // Query i is frame n_past + i and sees the `window` frames ending at itself that exist.
+    const int64_t hist = hp.sliding_window - 1;
+    std::vector<float> mask(ggml_nelements(builder.kq_mask));
+    if (gpu) {
+        // Place w of a query's own window holds frame n_past + i - hist + w.
+        const int64_t window = hist + 1, rows = hp.num_heads / hp.num_kv_heads;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t w = 0; w < window; ++w)
+                    mask[(i * rows + r) * window + w] = w >= hist - (s.n_past + i) ? 0.0f : -INFINITY;
+    } else {
+        // Key column c holds frame n_past - hist + c.
+        const int64_t n_kv = hist + n;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t c = 0; c < n_kv; ++c) {
+                const bool visible = c >= i && c <= hist + i && c >= hist - s.n_past;
+                mask[i * n_kv + c] = visible ? 0.0f : -INFINITY;
+            }
+    }
     ggml_backend_tensor_set(builder.kq_mask, mask.data(), 0, mask.size() * 4);
 
-    if (ggml_backend_graph_compute(s.backend.get(), gf) != GGML_STATUS_SUCCESS)
+    if (ggml_backend_graph_compute(s.backend.get(), graph.gf) != GGML_STATUS_SUCCESS)
         throw std::runtime_error("decoder graph computation failed");
-    const size_t old = out.size();
-    out.resize(old + ggml_nelements(wav));
-    ggml_backend_tensor_get(wav, out.data() + old, 0, ggml_nbytes(wav));
-    s.n_past += n;
+    const size_t old = out.size(), samples = valid * hp.hop_length;
+    out.resize(old + samples);
+    ggml_backend_tensor_get(graph.wav, out.data() + old, 0, samples * sizeof(float));
+    s.n_past += valid;
 }
 
 }  // namespace
@@ -613,14 +628,14 @@ std::vector<float> SpeechDecoder::decode(const int32_t *codes, int64_t n_frames)
 
 DecoderStream::DecoderStream(const SpeechDecoder::Model &model)
     : state_(std::make_unique<State>(model)) {
-    // On a GPU, the graph memory is sized once, for the largest push, which every smaller
-    // push fits in: no push frees a device buffer that the backend's descriptor sets still
-    // name (legal in Vulkan, but Debian 12's lavapipe, Mesa 22, then reads the freed buffer:
-    // heap corruption with pushes of 1 then 4 frames, found with valgrind), and no push pays
-    // for a reallocation. On the CPU the memory grows with the pushes as they come.
+    // On a GPU every push has one graph shape (see push_chunk): its memory is reserved here,
+    // once, so no push frees a device buffer that the backend's descriptor sets still name
+    // (legal in Vulkan, but Debian 12's lavapipe, Mesa 22, then reads the freed buffer: heap
+    // corruption with pushes of 1 then 4 frames, found with valgrind) and no push pays for an
+    // allocation. On the CPU the memory grows with the pushes as they come.
     if (!is_cpu(model.device)) {
-        PushGraph largest(*state_, DECODER_MAX_CHUNK_FRAMES);
-        if (!ggml_gallocr_reserve(state_->allocr.get(), largest.gf))
+        PushGraph shape(*state_, DECODER_MAX_CHUNK_FRAMES, DECODER_MAX_CHUNK_FRAMES);
+        if (!ggml_gallocr_reserve(state_->allocr.get(), shape.gf))
             throw std::runtime_error("out of memory allocating the decoder graph");
     }
 }
