@@ -222,6 +222,34 @@ def test_frames_on_a_gpu_stream_what_generate_returns(
 
 
 @needs_gpu
+@pytest.mark.parametrize(
+    ("sampling", "per_frame"),
+    [
+        ({"greedy": True, "repetition_penalty": 1.0}, 1),
+        ({"seed": 7}, 1),  # the model's own: temperature 0.9, top-k 50
+        ({"seed": 11, "top_k": 0, "temperature": 1.3}, 1),
+        ({"seed": 3, "top_p": 0.9}, 15),  # top-p: by single steps, sampled on the host
+    ],
+)
+def test_a_predictor_on_a_gpu_draws_the_codes_of_the_cpu_in_one_computation_a_frame(
+    on_gpu: tuple[str, Generator, Generator], sampling: dict[str, Any], per_frame: int
+) -> None:
+    """The code predictor's frame is one graph on the GPU, its draws made there from the
+    same uniforms as on the CPU: the same codes, one computation a frame instead of 15 (the
+    CPU's count), except with top-p, which the device does not draw."""
+    name, gpu, cpu_gen = on_gpu
+    args = (ref_array(name, "input_ids"), "vivian", "english", False)
+    runs = []
+    for gen in (gpu, cpu_gen):
+        it = gen.frames(*args, max_frames=FRAMES, **sampling)
+        runs.append((np.stack(list(it)), it.stats))
+    (gpu_codes, gpu_stats), (cpu_codes, cpu_stats) = runs
+    assert np.array_equal(gpu_codes, cpu_codes)
+    assert gpu_stats["predictor_computations"] == per_frame * gpu_stats["frames"]
+    assert cpu_stats["predictor_computations"] == 15 * cpu_stats["frames"]
+
+
+@needs_gpu
 def test_talker_on_a_gpu_with_the_predictor_on_the_cpu(talker_gguf: dict[str, Path]) -> None:
     name = REFERENCE_MODELS[0]
     gen = Generator(str(talker_gguf[name]), threads=2, talker_device=GPU[0])

@@ -85,6 +85,8 @@ class SynthesisMetrics:
     n_chunks: int = 0
     talker_s: float = 0.0
     predictor_s: float = 0.0
+    # The code predictor's graph computations: 15 a frame, 1 where its frame is one graph (GPU)
+    predictor_computations: int = 0
     decoder_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -211,6 +213,7 @@ class _Pipeline:
             it.close()
             self.metrics.talker_s = stats["talker_ms"] / 1000.0
             self.metrics.predictor_s = stats["predictor_ms"] / 1000.0
+            self.metrics.predictor_computations = stats["predictor_computations"]
             self._frames.put(_DONE)
 
     def _decode(self) -> None:

@@ -137,8 +137,7 @@ class FrameIterator {
             f = session_->next();
         }
         if (!f) {
-            stats_ = {session_->frames(), session_->talker_ms(), session_->predictor_ms(),
-                      session_->graph_setup_ms()};
+            stats_ = session_->stats();
             session_.reset();  // frees the KV caches and threads now
             throw py::stop_iteration();
         }
@@ -148,24 +147,19 @@ class FrameIterator {
     }
     void close() { session_.reset(); }
     py::dict stats() const {
+        const GenerationStats s = session_ ? session_->stats() : stats_;
         py::dict d;
-        if (session_) {
-            d["frames"] = session_->frames();
-            d["talker_ms"] = session_->talker_ms();
-            d["predictor_ms"] = session_->predictor_ms();
-            d["graph_setup_ms"] = session_->graph_setup_ms();
-        } else {
-            d["frames"] = std::get<0>(stats_);
-            d["talker_ms"] = std::get<1>(stats_);
-            d["predictor_ms"] = std::get<2>(stats_);
-            d["graph_setup_ms"] = std::get<3>(stats_);
-        }
+        d["frames"] = s.frames;
+        d["talker_ms"] = s.talker_ms;
+        d["predictor_ms"] = s.predictor_ms;
+        d["graph_setup_ms"] = s.graph_setup_ms;
+        d["predictor_computations"] = s.predictor_computations;
         return d;
     }
 
   private:
     std::unique_ptr<GenerationSession> session_;
-    std::tuple<int64_t, double, double, double> stats_{0, 0.0, 0.0, 0.0};
+    GenerationStats stats_;  // once the session is done
 };
 
 // Teacher-forced frames from an integer array [T, groups] (ranges are checked by the engine).

@@ -219,9 +219,9 @@ std::unique_ptr<GenerationSession> Generator::start(const std::vector<int32_t> &
 GenerationSession::GenerationSession(std::unique_ptr<State> state) : state_(std::move(state)) {}
 GenerationSession::~GenerationSession() = default;
 std::optional<Frame> GenerationSession::next() { return state_->next(); }
-int64_t GenerationSession::frames() const { return state_->n_frames; }
-double GenerationSession::talker_ms() const { return state_->talker_ms; }
-double GenerationSession::predictor_ms() const { return state_->predictor_ms; }
-double GenerationSession::graph_setup_ms() const { return state_->graph_setup_ms; }
+GenerationStats GenerationSession::stats() const {
+    const State &s = *state_;
+    return {s.n_frames, s.talker_ms, s.predictor_ms, s.graph_setup_ms, s.predictor->computations()};
+}
 
 }  // namespace kazeia

@@ -19,6 +19,11 @@ void row_to_float(const ggml_tensor *table, int64_t id, float *out) {
         ggml_get_type_traits(table->type)->to_float(src, out, table->ne[0]);
     }
 }
+
+// A product with a weight matrix: our kernel in the pool on the CPU, ggml's own (in f32) on a GPU.
+ggml_tensor *weight_product(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool) {
+    return pool ? pool_mul_mat(ctx, w, x, pool) : mul_mat_f32(ctx, w, x);
+}
 }  // namespace
 
 void embedding_rows(const ggml_tensor *table, const std::vector<int32_t> &ids, std::vector<float> &out) {
@@ -102,30 +107,13 @@ void KvCache::clear(int64_t from, int64_t to) {
             ggml_backend_tensor_memset(t, 0, from * t->nb[1], (to - from) * t->nb[1]);
 }
 
-LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t in_dim,
-                 ggml_tensor *in_proj_w, ggml_tensor *in_proj_b, ggml_tensor *head,
-                 ggml_tensor *heads, ggml_backend_t backend, WorkerPool *pool)
-    : backend_(backend), n_tokens_(n_tokens), n_ctx_(cache.n_ctx), in_dim_(in_dim) {
+ggml_tensor *stack_forward(ggml_context *ctx, const LmStack &stack, ggml_tensor *x,
+                          const StackPass &pass, std::vector<ggml_tensor *> &k_cache,
+                          std::vector<ggml_tensor *> &v_cache, const AttentionParams *attention,
+                          WorkerPool *pool) {
     const LmHParams &hp = stack.hp;
-    mem_.resize(ggml_tensor_overhead() * GRAPH_SIZE + ggml_graph_overhead_custom(GRAPH_SIZE, false));
-    ggml_init_params params = {mem_.size(), mem_.data(), true};
-    ctx_.reset(ggml_init(params));
-    ggml_context *ctx = ctx_.get();
-    gf_ = ggml_new_graph_custom(ctx, GRAPH_SIZE, false);
-
-    const int64_t n = n_tokens, hd = hp.head_dim, nh = hp.num_heads, nkv = hp.num_kv_heads;
-    embeds_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, in_dim, n);
-    positions_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-    slots_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
-    mask_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_ctx_, n);
-    for (ggml_tensor *t : {embeds_, positions_, slots_, mask_}) ggml_set_input(t);
-
-    auto mm = [&](ggml_tensor *w, ggml_tensor *t) {
-        return pool ? pool_mul_mat(ctx, w, t, pool) : mul_mat_f32(ctx, w, t);
-    };
-    ggml_tensor *x = embeds_;
-    if (in_proj_w) x = ggml_add(ctx, mm(in_proj_w, x), in_proj_b);
-    attention_ = AttentionParams{nkv, 1.0f / std::sqrt((float)hd), pool};
+    const int64_t n = x->ne[1], hd = hp.head_dim, nh = hp.num_heads, nkv = hp.num_kv_heads;
+    auto mm = [&](ggml_tensor *w, ggml_tensor *t) { return weight_product(ctx, w, t, pool); };
     auto norm = [&](ggml_tensor *t, ggml_tensor *w) {
         return ggml_mul(ctx, ggml_rms_norm(ctx, t, hp.rms_norm_eps), w);
     };
@@ -137,21 +125,22 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
         auto qk = [&](ggml_tensor *w, ggml_tensor *nw, int64_t heads_) {
             ggml_tensor *t = ggml_reshape_3d(ctx, mm(w, a), hd, heads_, n);
             t = norm(t, nw);
-            return ggml_rope_ext(ctx, t, positions_, nullptr, (int)hd, GGML_ROPE_TYPE_NEOX, 0,
+            return ggml_rope_ext(ctx, t, pass.positions, nullptr, (int)hd, GGML_ROPE_TYPE_NEOX, 0,
                                  hp.rope_theta, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
         };
         ggml_tensor *q = qk(L.q, L.q_norm, nh);
         ggml_tensor *k = qk(L.k, L.k_norm, nkv);
         ggml_tensor *v = mm(L.v, a);
-        ggml_tensor *k_all = ggml_set_rows(ctx, cache.k[il], ggml_reshape_2d(ctx, k, hd * nkv, n), slots_);
-        ggml_tensor *v_all = ggml_set_rows(ctx, cache.v[il], v, slots_);
+        k_cache[il] = ggml_set_rows(ctx, k_cache[il], ggml_reshape_2d(ctx, k, hd * nkv, n), pass.slots);
+        v_cache[il] = ggml_set_rows(ctx, v_cache[il], v, pass.slots);
         // The slots in use, and one op for the attention over them (in the pool: no copy of
         // the transposed V cache per step, which grew with the length of a synthesis).
         auto in_use = [&](ggml_tensor *all) {
-            return ggml_view_2d(ctx, all, all->ne[0], n_ctx_, all->nb[1], 0);
+            return ggml_view_2d(ctx, all, all->ne[0], pass.n_ctx, all->nb[1], 0);
         };
-        ggml_tensor *o = pool ? window_attention(ctx, q, in_use(k_all), in_use(v_all), mask_, &attention_)
-                              : attention_in_ggml_ops(ctx, q, in_use(k_all), in_use(v_all), mask_, nkv, attention_.scale);
+        ggml_tensor *k_all = in_use(k_cache[il]), *v_all = in_use(v_cache[il]);
+        ggml_tensor *o = pool ? window_attention(ctx, q, k_all, v_all, pass.mask, attention)
+                              : attention_in_ggml_ops(ctx, q, k_all, v_all, pass.mask, nkv, attention->scale);
         x = ggml_add(ctx, x, mm(L.o, o));
 
         ggml_tensor *f = norm(x, L.ffn_norm);
@@ -159,18 +148,47 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
         x = ggml_add(ctx, x, mm(L.down, f));
     }
     ggml_tensor *last = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);
-    out_hidden_ = norm(ggml_cont(ctx, last), stack.norm);
+    return norm(ggml_cont(ctx, last), stack.norm);
+}
+
+ggml_tensor *head_logits(ggml_context *ctx, ggml_tensor *heads, ggml_tensor *hidden,
+                         ggml_tensor *head_id, WorkerPool *pool) {
+    if (pool) return pool_mul_mat(ctx, heads, hidden, pool, head_id);
+    ggml_tensor *h = ggml_reshape_3d(ctx, hidden, hidden->ne[0], 1, 1);
+    ggml_tensor *logits = ggml_mul_mat_id(ctx, heads, h, ggml_reshape_2d(ctx, head_id, 1, 1));
+    return ggml_reshape_2d(ctx, logits, heads->ne[1], 1);
+}
+
+LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t in_dim,
+                 ggml_tensor *in_proj_w, ggml_tensor *in_proj_b, ggml_tensor *head,
+                 ggml_tensor *heads, ggml_backend_t backend, WorkerPool *pool)
+    : backend_(backend), n_tokens_(n_tokens), n_ctx_(cache.n_ctx), in_dim_(in_dim) {
+    const LmHParams &hp = stack.hp;
+    mem_.resize(ggml_tensor_overhead() * GRAPH_SIZE + ggml_graph_overhead_custom(GRAPH_SIZE, false));
+    ggml_init_params params = {mem_.size(), mem_.data(), true};
+    ctx_.reset(ggml_init(params));
+    ggml_context *ctx = ctx_.get();
+    gf_ = ggml_new_graph_custom(ctx, GRAPH_SIZE, false);
+
+    const int64_t n = n_tokens;
+    embeds_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, in_dim, n);
+    positions_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    slots_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
+    mask_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_ctx_, n);
+    for (ggml_tensor *t : {embeds_, positions_, slots_, mask_}) ggml_set_input(t);
+
+    ggml_tensor *x = embeds_;
+    if (in_proj_w) x = ggml_add(ctx, weight_product(ctx, in_proj_w, x, pool), in_proj_b);
+    attention_ = AttentionParams{hp.num_kv_heads, 1.0f / std::sqrt((float)hp.head_dim), pool};
+    std::vector<ggml_tensor *> k_cache = cache.k, v_cache = cache.v;
+    out_hidden_ = stack_forward(ctx, stack, x, StackPass{positions_, slots_, mask_, n_ctx_}, k_cache,
+                                v_cache, &attention_, pool);
     if (heads) {
         head_id_ = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1);
         ggml_set_input(head_id_);
-        out_logits_ = pool ? pool_mul_mat(ctx, heads, out_hidden_, pool, head_id_)
-                           : ggml_reshape_2d(ctx,
-                                             ggml_mul_mat_id(ctx, heads,
-                                                             ggml_reshape_3d(ctx, out_hidden_, hp.hidden_size, 1, 1),
-                                                             ggml_reshape_2d(ctx, head_id_, 1, 1)),
-                                             heads->ne[1], 1);
+        out_logits_ = head_logits(ctx, heads, out_hidden_, head_id_, pool);
     } else {
-        out_logits_ = mm(head, out_hidden_);
+        out_logits_ = weight_product(ctx, head, out_hidden_, pool);
     }
     ggml_set_output(out_hidden_);
     ggml_set_output(out_logits_);

@@ -70,6 +70,28 @@ struct KvCache {
     void clear(int64_t from, int64_t to);
 };
 
+// The per-pass inputs of a stack's forward pass: positions [n] (I32), the cache slots its rows
+// are written to [n] (I64), the attention mask [n_ctx, n] over the first n_ctx slots (null, on
+// a GPU only: every one visible).
+struct StackPass {
+    ggml_tensor *positions, *slots, *mask;
+    int64_t n_ctx;
+};
+
+// x [hidden, n] through every layer of `stack`; returns the last row, normed [hidden, 1]. The
+// rows' K/V are written into k_cache[il] / v_cache[il] at the pass's slots, which then name the
+// written caches: a later pass given them reads after this pass's writes (ggml orders a graph
+// by its tensors' sources). `attention` must outlive the graph; `pool` as for LmGraph.
+ggml_tensor *stack_forward(ggml_context *ctx, const LmStack &stack, ggml_tensor *x,
+                           const StackPass &pass, std::vector<ggml_tensor *> &k_cache,
+                           std::vector<ggml_tensor *> &v_cache, const AttentionParams *attention,
+                           WorkerPool *pool);
+
+// Logits [vocab, 1] of hidden [hidden, 1] through head head_id (I32 [1]) of heads [hidden,
+// vocab, n_heads].
+ggml_tensor *head_logits(ggml_context *ctx, ggml_tensor *heads, ggml_tensor *hidden,
+                         ggml_tensor *head_id, WorkerPool *pool);
+
 // A built and allocated graph of one stack: n tokens in, last position out.
 class LmGraph {
   public:

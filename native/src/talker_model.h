@@ -25,11 +25,15 @@ struct StackPlacement {
     std::unique_ptr<DeviceCopies> copies;
     LmStack stack;
     ggml_tensor *in_proj_w = nullptr, *in_proj_b = nullptr, *head = nullptr, *heads = nullptr;
+    // An embedding table its graphs look rows up in on the device (the code predictor's, for
+    // its frame graph), or null.
+    ggml_tensor *embd = nullptr;
 
     StackPlacement() = default;
-    // `head` or `heads` as LmGraph takes them; `in_proj_*` may be null.
+    // `head` or `heads` as LmGraph takes them; `in_proj_*` and `embd` may be null.
     StackPlacement(const std::string &device, const LmStack &host, ggml_tensor *in_proj_w,
-                   ggml_tensor *in_proj_b, ggml_tensor *head, ggml_tensor *heads, const char *what);
+                   ggml_tensor *in_proj_b, ggml_tensor *head, ggml_tensor *heads, ggml_tensor *embd,
+                   const char *what);
     bool on_cpu() const { return is_cpu(device); }
     // The pool its graphs run our CPU ops in: `cpu_pool` on the CPU; none on a GPU, whose
     // graphs are ggml's own ops only (see LmGraph).

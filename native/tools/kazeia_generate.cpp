@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
         auto session = generator.start(ids, o);
         while (auto frame = session->next()) codes.insert(codes.end(), frame->begin(), frame->end());
         kazeia::tool::write_atomically(pos[3], codes.data(), codes.size() * sizeof(int32_t));
-        std::printf("%ld\n", (long)session->frames());
+        std::printf("%ld\n", (long)session->stats().frames);
     } catch (const std::exception &e) {
         fail(e.what());
     }

@@ -748,7 +748,7 @@ def engine_table(result: dict[str, Any]) -> str:
     placed = result.get("placed_row")
     if placed is not None:
         devices, vs = placed["devices"], placed.get("vs_cpu") or {}
-        steps = 15 * placed["n_frames"]  # the code predictor's sub-steps
+        frames = placed["n_frames"]
         lines += [
             "",
             f"Placed on a device: talker on {devices['talker']}, code predictor on "
@@ -756,12 +756,14 @@ def engine_table(result: dict[str, Any]) -> str:
             f"the CPU row beside it in the table above):",
             "",
             "| row | total s | RTF | TTFA ms (cold) | decoder s | talker s | predictor s "
-            "| predictor ms per sub-step | vs CPU total / TTFA / decoder / talker / predictor |",
+            "| predictor ms per frame (computations) "
+            "| vs CPU total / TTFA / decoder / talker / predictor |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---|",
             f"| {_label(PLACED)} | {placed['total_s']:.2f} | {placed['rtf']:.2f} "
             f"| {1e3 * placed['ttfa_s']:.0f} ({1e3 * placed['cold_ttfa_s']:.0f}) "
             f"| {placed['decoder_s']:.2f} | {placed['talker_s']:.2f} | {placed['predictor_s']:.2f} "
-            f"| {1e3 * placed['predictor_s'] / steps:.2f} | "
+            f"| {1e3 * placed['predictor_s'] / frames:.1f} "
+            f"({placed['predictor_computations'] / frames:.0f}) | "
             + " / ".join(fmt(vs.get(k), ".2f", "x") for k in PLACED_KEYS)
             + " |",
         ]

@@ -108,18 +108,25 @@ class Generator {
     std::unique_ptr<TalkerModel> model_;
 };
 
+// What a session has done so far.
+struct GenerationStats {
+    int64_t frames = 0;
+    // Milliseconds spent in the talker (prefill included) and the code predictor.
+    double talker_ms = 0.0, predictor_ms = 0.0;
+    // Milliseconds spent building and allocating the session's graphs and caches (once per
+    // session: the code predictor's 14 per-frame sub-steps reuse one graph).
+    double graph_setup_ms = 0.0;
+    // The code predictor's graph computations: 15 a frame by single steps, 1 a frame where
+    // its whole frame is one graph on a GPU (code_predictor.h).
+    int64_t predictor_computations = 0;
+};
+
 class GenerationSession {
   public:
     ~GenerationSession();
     // The next frame's 16 codes, or nothing once eos or max_frames is reached.
     std::optional<Frame> next();
-    int64_t frames() const;
-    // Milliseconds spent so far in the talker (prefill included) and the code predictor.
-    double talker_ms() const;
-    double predictor_ms() const;
-    // Milliseconds spent building and allocating the session's graphs and caches (once per
-    // session: the code predictor's 14 per-frame sub-steps reuse one graph).
-    double graph_setup_ms() const;
+    GenerationStats stats() const;
 
     struct State;
 
