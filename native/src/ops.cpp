@@ -294,7 +294,9 @@ KAZEIA_AVX2_FN inline void micro_kernel_avx2(const T *a, const float *const b[NR
 #if KAZEIA_AVX2
 KAZEIA_AVX512_FN inline __m512 load16(const float *p) { return _mm512_loadu_ps(p); }
 KAZEIA_AVX512_FN inline __m512 load16(const ggml_fp16_t *p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    // The zero-masked form of _mm512_cvtph_ps (same values), whose GCC 12 header reads an
+    // uninitialized register (-Wmaybe-uninitialized).
+    return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
 }
 
 // The AVX2 kernel for two panels at once (a and a2), one 16-lane register per panel column:

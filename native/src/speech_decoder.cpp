@@ -541,21 +541,26 @@ struct PushGraph {
           wav(builder.build(n, valid)) {}
 };
 
-// Evaluates one chunk of at most DECODER_MAX_CHUNK_FRAMES frames, appending to `out`.
+// The frames one graph evaluates: at most DECODER_MAX_CHUNK_FRAMES on the CPU, exactly
+// DECODER_GPU_CHUNK_FRAMES on a GPU.
+int64_t chunk_frames(const SpeechDecoder::Model &m) {
+    return is_cpu(m.device) ? DECODER_MAX_CHUNK_FRAMES : DECODER_GPU_CHUNK_FRAMES;
+}
+
+// Evaluates one chunk of at most chunk_frames() frames, appending to `out`.
 //
-// On a GPU every chunk is computed as DECODER_MAX_CHUNK_FRAMES frames, the pushed ones then
+// On a GPU every chunk is computed as DECODER_GPU_CHUNK_FRAMES frames, the pushed ones then
 // padding (code 0, dropped from the output and the state): its backend picks kernels (matrix-
 // vector or tiled, split-k) and so summation orders by an operand's shape, so a frame would
-// come out otherwise in a push of 1 than in one of 16. With one shape every frame is computed
+// come out otherwise in a push of 1 than in one of 4. With one shape every frame is computed
 // alike (each output column of a product depends only on its own column; the attention reads
-// each query's own window), and a streamed decode is bit-equal to the one-pass decode. The
-// padding costs device time that a GPU has to spare at these sizes. On the CPU our kernels
-// compute each column alike at any width: no padding.
+// each query's own window), and a streamed decode is bit-equal to the one-pass decode. On the
+// CPU our kernels compute each column alike at any width: no padding.
 void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t valid,
                 std::vector<float> &out) {
     const DecoderHParams &hp = s.m.hp;
     const bool gpu = !is_cpu(s.m.device);
-    const int64_t n = gpu ? DECODER_MAX_CHUNK_FRAMES : valid;
+    const int64_t n = gpu ? DECODER_GPU_CHUNK_FRAMES : valid;
     PushGraph graph(s, n, valid);
     GraphBuilder &builder = graph.builder;
     if (!ggml_gallocr_alloc_graph(s.allocr.get(), graph.gf))
@@ -634,7 +639,7 @@ DecoderStream::DecoderStream(const SpeechDecoder::Model &model)
     // corruption with pushes of 1 then 4 frames, found with valgrind) and no push pays for an
     // allocation. On the CPU the memory grows with the pushes as they come.
     if (!is_cpu(model.device)) {
-        PushGraph shape(*state_, DECODER_MAX_CHUNK_FRAMES, DECODER_MAX_CHUNK_FRAMES);
+        PushGraph shape(*state_, DECODER_GPU_CHUNK_FRAMES, DECODER_GPU_CHUNK_FRAMES);
         if (!ggml_gallocr_reserve(state_->allocr.get(), shape.gf))
             throw std::runtime_error("out of memory allocating the decoder graph");
     }
@@ -648,8 +653,9 @@ std::vector<float> DecoderStream::push(const int32_t *codes, int64_t n_frames) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     std::vector<float> out;
     out.reserve(n_frames * hp.hop_length);
-    for (int64_t done = 0; done < n_frames; done += DECODER_MAX_CHUNK_FRAMES) {
-        const int64_t n = std::min(DECODER_MAX_CHUNK_FRAMES, n_frames - done);
+    const int64_t chunk = chunk_frames(state_->m);
+    for (int64_t done = 0; done < n_frames; done += chunk) {
+        const int64_t n = std::min(chunk, n_frames - done);
         push_chunk(*state_, codes + done * hp.num_quantizers, n, out);
     }
     return out;
