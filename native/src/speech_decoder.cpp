@@ -228,8 +228,12 @@ struct SpeechDecoder::Model {
     }
 };
 
+namespace {
+struct PushGraph;
+}  // namespace
+
 // Per-stream state: the left context of every causal layer, kept in one backend buffer, plus
-// the stream's own backend, threads and compute allocator.
+// the stream's own backend, threads, compute allocator and graphs.
 struct DecoderStream::State {
     const SpeechDecoder::Model &m;
     std::mutex mutex;
@@ -238,7 +242,11 @@ struct DecoderStream::State {
     GallocrPtr allocr;
     GgmlContextPtr state_ctx;
     BufferPtr state_buf;
-    std::vector<uint8_t> graph_mem;
+    std::vector<uint8_t> graph_mem;  // the graph of a push on the CPU (one at a time)
+    // On a GPU, the graph of a push of v real frames (v = 1 .. DECODER_GPU_CHUNK_FRAMES; the
+    // shape is always the same, see push_chunk), built at its first use and kept, each in its
+    // own memory.
+    std::vector<std::unique_ptr<PushGraph>> gpu_graphs;
     int64_t n_past = 0;
 
     ggml_tensor *pre_conv;
@@ -249,13 +257,7 @@ struct DecoderStream::State {
     std::vector<std::array<ggml_tensor *, 3>> res_conv1;
     ggml_tensor *conv_out;
 
-    explicit State(const SpeechDecoder::Model &model) : m(model), pool(model.n_threads, model.polite) {
-        backend.reset(is_cpu(model.device) ? new_cpu_backend() : new_gpu_backend(model.device));
-        allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
-        graph_mem.resize(ggml_tensor_overhead() * GRAPH_SIZE * 2 +
-                         ggml_graph_overhead_custom(GRAPH_SIZE, false));
-        create_state();
-    }
+    explicit State(const SpeechDecoder::Model &model);  // (after PushGraph's definition)
 
     void create_state() {
         const DecoderHParams &hp = m.hp;
@@ -526,16 +528,18 @@ void check_codes(const DecoderHParams &hp, const int32_t *codes, int64_t n_frame
     }
 }
 
-// The graph of a push of n frames, the first `valid` real, in the stream's graph memory (one
-// at a time).
+// The graph of a push of n frames, the first `valid` real: in its own memory when it is kept
+// (`own_memory`), else in the stream's graph memory (one at a time).
 struct PushGraph {
+    std::vector<uint8_t> own_mem;
     GgmlContextPtr ctx;
     ggml_cgraph *gf;
     GraphBuilder builder;
     ggml_tensor *wav;
 
-    PushGraph(DecoderStream::State &s, int64_t n, int64_t valid)
-        : ctx(ggml_init({s.graph_mem.size(), s.graph_mem.data(), true})),
+    PushGraph(DecoderStream::State &s, int64_t n, int64_t valid, bool own_memory = false)
+        : own_mem(own_memory ? s.graph_mem.size() : 0),
+          ctx(ggml_init({s.graph_mem.size(), own_memory ? own_mem.data() : s.graph_mem.data(), true})),
           gf(ggml_new_graph_custom(ctx.get(), GRAPH_SIZE, false)),
           builder(s, ctx.get(), gf),
           wav(builder.build(n, valid)) {}
@@ -561,7 +565,10 @@ void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t valid,
     const DecoderHParams &hp = s.m.hp;
     const bool gpu = !is_cpu(s.m.device);
     const int64_t n = gpu ? DECODER_GPU_CHUNK_FRAMES : valid;
-    PushGraph graph(s, n, valid);
+    std::unique_ptr<PushGraph> cpu_graph;
+    if (gpu && !s.gpu_graphs[valid]) s.gpu_graphs[valid] = std::make_unique<PushGraph>(s, n, valid, true);
+    if (!gpu) cpu_graph = std::make_unique<PushGraph>(s, n, valid);
+    PushGraph &graph = gpu ? *s.gpu_graphs[valid] : *cpu_graph;
     GraphBuilder &builder = graph.builder;
     if (!ggml_gallocr_alloc_graph(s.allocr.get(), graph.gf))
         throw std::runtime_error("out of memory allocating the decoder graph");
@@ -608,6 +615,16 @@ void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t valid,
 
 }  // namespace
 
+DecoderStream::State::State(const SpeechDecoder::Model &model)
+    : m(model), pool(model.n_threads, model.polite) {
+    backend.reset(is_cpu(model.device) ? new_cpu_backend() : new_gpu_backend(model.device));
+    allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
+    graph_mem.resize(ggml_tensor_overhead() * GRAPH_SIZE * 2 +
+                     ggml_graph_overhead_custom(GRAPH_SIZE, false));
+    if (!is_cpu(model.device)) gpu_graphs.resize(DECODER_GPU_CHUNK_FRAMES + 1);
+    create_state();
+}
+
 SpeechDecoder::SpeechDecoder(const std::string &path, int n_threads, bool polite,
                              const std::string &device) {
     if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
@@ -639,8 +656,10 @@ DecoderStream::DecoderStream(const SpeechDecoder::Model &model)
     // corruption with pushes of 1 then 4 frames, found with valgrind) and no push pays for an
     // allocation. On the CPU the memory grows with the pushes as they come.
     if (!is_cpu(model.device)) {
-        PushGraph shape(*state_, DECODER_GPU_CHUNK_FRAMES, DECODER_GPU_CHUNK_FRAMES);
-        if (!ggml_gallocr_reserve(state_->allocr.get(), shape.gf))
+        const int64_t full = DECODER_GPU_CHUNK_FRAMES;
+        State &s = *state_;
+        s.gpu_graphs[full] = std::make_unique<PushGraph>(s, full, full, true);
+        if (!ggml_gallocr_reserve(s.allocr.get(), s.gpu_graphs[full]->gf))
             throw std::runtime_error("out of memory allocating the decoder graph");
     }
 }
