@@ -247,6 +247,7 @@ struct DecoderStream::State {
     // shape is always the same, see push_chunk), built at its first use and kept, each in its
     // own memory.
     std::vector<std::unique_ptr<PushGraph>> gpu_graphs;
+    std::unique_ptr<PushGraph> cpu_graph;  // the last push's on the CPU (in graph_mem)
     int64_t n_past = 0;
 
     ggml_tensor *pre_conv;
@@ -565,10 +566,13 @@ void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t valid,
     const DecoderHParams &hp = s.m.hp;
     const bool gpu = !is_cpu(s.m.device);
     const int64_t n = gpu ? DECODER_GPU_CHUNK_FRAMES : valid;
-    std::unique_ptr<PushGraph> cpu_graph;
-    if (gpu && !s.gpu_graphs[valid]) s.gpu_graphs[valid] = std::make_unique<PushGraph>(s, n, valid, true);
-    if (!gpu) cpu_graph = std::make_unique<PushGraph>(s, n, valid);
-    PushGraph &graph = gpu ? *s.gpu_graphs[valid] : *cpu_graph;
+    // On a GPU the stream's kept graph for this many real frames; on the CPU a new one.
+    std::unique_ptr<PushGraph> &kept = gpu ? s.gpu_graphs[valid] : s.cpu_graph;
+    if (!gpu || !kept) {
+        kept.reset();  // first: the CPU's shares the stream's graph memory with its successor
+        kept = std::make_unique<PushGraph>(s, n, valid, gpu);
+    }
+    PushGraph &graph = *kept;
     GraphBuilder &builder = graph.builder;
     if (!ggml_gallocr_alloc_graph(s.allocr.get(), graph.gf))
         throw std::runtime_error("out of memory allocating the decoder graph");
