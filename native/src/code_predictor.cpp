@@ -17,14 +17,13 @@ bool same(const SamplingParams &a, const SamplingParams &b) {
 
 PredictorFrameGraph::PredictorFrameGraph(const TalkerModel &model, KvCache &cache,
                                          ggml_backend_t backend, const SamplingParams &params)
-    : m_(model),
-      backend_(backend),
+    : backend_(backend),
       params_(params),
       passes_(model.hp.num_code_groups - 1),
       vocab_(model.hp.predictor.vocab_size) {
-    const StackPlacement &at = m_.predictor_at;
+    const StackPlacement &at = model.predictor_at;
     const LmHParams &hp = at.stack.hp;
-    const int64_t in_dim = m_.hp.talker.hidden_size;
+    const int64_t in_dim = model.hp.talker.hidden_size;
 
     // Pass p writes slots 0, 1 (p = 0) or p + 1 and attends over slots 0 .. p + 1.
     auto pass_rows = [](int64_t p) { return p == 0 ? 2 : 1; };
@@ -85,7 +84,7 @@ PredictorFrameGraph::PredictorFrameGraph(const TalkerModel &model, KvCache &cach
                                               (p - 1) * vocab_ * at.embd->nb[1]);
             x = ggml_get_rows(ctx, table, code);
         }
-        ggml_tensor *h = at.in_proj_w ? ggml_add(ctx, mul_mat_f32(ctx, at.in_proj_w, x), at.in_proj_b) : x;
+        ggml_tensor *h = stack_input(ctx, x, at.in_proj_w, at.in_proj_b, nullptr);
         const StackPass pass{positions_[p], slots_[p], p == 0 ? prefill_mask_ : nullptr, p + 2};
         h = stack_forward(ctx, at.stack, h, pass, k_cache, v_cache, &attention_, nullptr);
         ggml_tensor *logits = head_logits(ctx, at.heads, h, head_ids_[p], nullptr);

@@ -34,7 +34,6 @@ class PredictorFrameGraph {
     int64_t candidates() const;  // the codes a draw is among: top_k, or all
     ggml_tensor *sample(ggml_tensor *logits, int pass);
 
-    const TalkerModel &m_;
     ggml_backend_t backend_;
     SamplingParams params_;
     int64_t passes_, vocab_;

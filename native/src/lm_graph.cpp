@@ -107,6 +107,11 @@ void KvCache::clear(int64_t from, int64_t to) {
             ggml_backend_tensor_memset(t, 0, from * t->nb[1], (to - from) * t->nb[1]);
 }
 
+ggml_tensor *stack_input(ggml_context *ctx, ggml_tensor *x, ggml_tensor *in_proj_w,
+                         ggml_tensor *in_proj_b, WorkerPool *pool) {
+    return in_proj_w ? ggml_add(ctx, weight_product(ctx, in_proj_w, x, pool), in_proj_b) : x;
+}
+
 ggml_tensor *stack_forward(ggml_context *ctx, const LmStack &stack, ggml_tensor *x,
                           const StackPass &pass, std::vector<ggml_tensor *> &k_cache,
                           std::vector<ggml_tensor *> &v_cache, const AttentionParams *attention,
@@ -177,8 +182,7 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
     mask_ = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_ctx_, n);
     for (ggml_tensor *t : {embeds_, positions_, slots_, mask_}) ggml_set_input(t);
 
-    ggml_tensor *x = embeds_;
-    if (in_proj_w) x = ggml_add(ctx, weight_product(ctx, in_proj_w, x, pool), in_proj_b);
+    ggml_tensor *x = stack_input(ctx, embeds_, in_proj_w, in_proj_b, pool);
     attention_ = AttentionParams{hp.num_kv_heads, 1.0f / std::sqrt((float)hp.head_dim), pool};
     std::vector<ggml_tensor *> k_cache = cache.k, v_cache = cache.v;
     out_hidden_ = stack_forward(ctx, stack, x, StackPass{positions_, slots_, mask_, n_ctx_}, k_cache,

@@ -78,6 +78,11 @@ struct StackPass {
     int64_t n_ctx;
 };
 
+// Embeddings x [in_dim, n] at the stack's width: through `in_proj_w` and `in_proj_b` when
+// set (the code predictor's projection from the talker's width), else x itself.
+ggml_tensor *stack_input(ggml_context *ctx, ggml_tensor *x, ggml_tensor *in_proj_w,
+                         ggml_tensor *in_proj_b, WorkerPool *pool);
+
 // x [hidden, n] through every layer of `stack`; returns the last row, normed [hidden, 1]. The
 // rows' K/V are written into k_cache[il] / v_cache[il] at the pass's slots, which then name the
 // written caches: a later pass given them reads after this pass's writes (ggml orders a graph
