@@ -156,6 +156,18 @@ def on_gpu(
     return request.param, gpu, Generator(path, threads=2)
 
 
+def frames_and_waits(gen: Generator, *args: Any, **kwargs: Any) -> tuple[np.ndarray, float]:
+    """The codes of a generation, and its graph computations per frame after the first (the
+    first's include the prefill's), the draw of an eos that ended it counted as a frame: each
+    one a submission the host waits for on a GPU."""
+    it = gen.frames(*args, **kwargs)
+    codes = [next(it)]
+    first = it.stats["computations"]
+    codes += list(it)
+    drawn = it.stats["frames"] + (it.stats["frames"] < kwargs["max_frames"])  # eos: one more
+    return np.stack(codes), (it.stats["computations"] - first) / max(drawn - 1, 1)
+
+
 def top2_margin(logits: np.ndarray) -> float:
     top = np.sort(logits)[-2:]
     return float(top[1] - top[0])
@@ -201,13 +213,21 @@ def test_generator_on_a_gpu_matches_official(
 def test_a_cache_growing_on_a_gpu_changes_no_code(
     on_gpu: tuple[str, Generator, Generator],
 ) -> None:
-    """The talker's cache grown every 5 frames (its step graph rebuilt each time, the spent
-    ones kept for the run): the same greedy codes as the reference."""
+    """The talker's cache grown every 5 frames (its step graph, or the whole frame's graph,
+    built again each time, the spent ones kept for the run): the same greedy codes as the
+    reference."""
     name, gpu, _ = on_gpu
     speaker, language, non_streaming = MODES["stream"]
     ids = ref_array(name, "input_ids")
     trace = gpu.trace(ids, speaker, language, non_streaming, FRAMES, kv_block=5)
     assert np.array_equal(trace["codes"], ref_array(name, "stream_codes"))
+    # Frames computed whole: the frame graph built again at each growth.
+    greedy: dict[str, Any] = {"greedy": True, "repetition_penalty": 1.0, "max_frames": FRAMES}
+    codes, waits = frames_and_waits(
+        gpu, ids, speaker, language, non_streaming, kv_block=5, **greedy
+    )
+    assert np.array_equal(codes, ref_array(name, "stream_codes"))
+    assert waits == 1
 
 
 @needs_gpu
@@ -240,13 +260,68 @@ def test_a_predictor_on_a_gpu_draws_the_codes_of_the_cpu_in_one_computation_a_fr
     name, gpu, cpu_gen = on_gpu
     args = (ref_array(name, "input_ids"), "vivian", "english", False)
     runs = []
-    for gen in (gpu, cpu_gen):
-        it = gen.frames(*args, max_frames=FRAMES, **sampling)
+    for gen in (gpu, cpu_gen):  # whole frames off: the predictor's frame graph on its own
+        it = gen.frames(*args, max_frames=FRAMES, whole_frames=False, **sampling)
         runs.append((np.stack(list(it)), it.stats))
     (gpu_codes, gpu_stats), (cpu_codes, cpu_stats) = runs
     assert np.array_equal(gpu_codes, cpu_codes)
     assert gpu_stats["predictor_computations"] == per_frame * gpu_stats["frames"]
     assert cpu_stats["predictor_computations"] == 15 * cpu_stats["frames"]
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    ("sampling", "whole"),
+    [
+        ({"greedy": True, "repetition_penalty": 1.0}, True),
+        ({"greedy": True}, True),  # the model's repetition penalty, 1.05
+        ({"seed": 7}, True),  # the model's own: temperature 0.9, top-k 50, penalty 1.05
+        ({"seed": 5, "repetition_penalty": 1.5}, True),
+        ({"seed": 11, "top_k": 0, "temperature": 1.3}, True),
+        ({"seed": 3, "top_p": 0.9}, False),  # top-p: the host draws
+    ],
+)
+def test_a_frame_on_a_gpu_is_one_computation_drawing_the_codes_of_the_cpu(
+    on_gpu: tuple[str, Generator, Generator], sampling: dict[str, Any], whole: bool
+) -> None:
+    """Both stacks on the GPU: after the first frame (the prefill's), a frame is one graph
+    (the talker's step reading the input the frame before left on the device, code 0 drawn
+    there with the repetition penalty, the control tokens suppressed and the eos rule, the
+    code predictor's passes, the next step's input): the host waits once a frame and gets its
+    16 codes, the CPU's, from the same uniforms. Apart (whole_frames=False) it waits twice
+    (the talker's step, the predictor's frame graph); with top-p 16 times, as on the CPU."""
+    name, gpu, cpu_gen = on_gpu
+    args = (ref_array(name, "input_ids"), "vivian", "english", False)
+    cpu_codes, cpu_waits = frames_and_waits(cpu_gen, *args, max_frames=FRAMES, **sampling)
+    gpu_codes, gpu_waits = frames_and_waits(gpu, *args, max_frames=FRAMES, **sampling)
+    assert np.array_equal(gpu_codes, cpu_codes)
+    assert cpu_waits == 16
+    assert gpu_waits == (1 if whole else 16)
+    if whole:
+        apart, apart_waits = frames_and_waits(
+            gpu, *args, max_frames=FRAMES, whole_frames=False, **sampling
+        )
+        assert np.array_equal(apart, cpu_codes)
+        assert apart_waits == 2
+
+
+@needs_gpu
+@pytest.mark.parametrize("seed", [131, 237])
+def test_whole_frames_on_a_gpu_stop_at_the_eos_the_cpu_draws(
+    on_gpu: tuple[str, Generator, Generator], seed: int
+) -> None:
+    """Flattened logits over all codes: these seeds draw eos at frames 6 and 9 on the CPU (of
+    tiny-0.6b; another model may go on to max_frames); the device draws it at the same frame
+    and the generation ends there, eos not a frame."""
+    name, gpu, cpu_gen = on_gpu
+    flat: dict[str, Any] = {"temperature": 1000.0, "top_k": 0, "repetition_penalty": 1.0}
+    args = (ref_array(name, "input_ids"), "vivian")
+    cpu_codes, _ = frames_and_waits(cpu_gen, *args, seed=seed, max_frames=60, **flat)
+    gpu_codes, gpu_waits = frames_and_waits(gpu, *args, seed=seed, max_frames=60, **flat)
+    assert np.array_equal(gpu_codes, cpu_codes)
+    assert gpu_waits == 1
+    if name == "tiny-0.6b":
+        assert len(cpu_codes) < 10
 
 
 @needs_gpu

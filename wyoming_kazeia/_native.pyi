@@ -132,6 +132,8 @@ class Generator:
         repetition_penalty: float | None = None,
         max_frames: int = 2048,
         voice: Voice | None = None,
+        kv_block: int = 256,
+        whole_frames: bool = True,
     ) -> FrameIterator: ...
     def generate(
         self,

@@ -85,8 +85,13 @@ class SynthesisMetrics:
     n_chunks: int = 0
     talker_s: float = 0.0
     predictor_s: float = 0.0
+    # Frames computed whole as one graph where both stacks share a GPU (in neither of the two)
+    frame_graph_s: float = 0.0
     # The code predictor's graph computations: 15 a frame, 1 where its frame is one graph (GPU)
     predictor_computations: int = 0
+    # All the generation's graph computations (each a wait on a GPU): 16 a frame on the CPU, 1
+    # for a frame computed whole
+    computations: int = 0
     decoder_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -213,7 +218,9 @@ class _Pipeline:
             it.close()
             self.metrics.talker_s = stats["talker_ms"] / 1000.0
             self.metrics.predictor_s = stats["predictor_ms"] / 1000.0
+            self.metrics.frame_graph_s = stats["frame_graph_ms"] / 1000.0
             self.metrics.predictor_computations = stats["predictor_computations"]
+            self.metrics.computations = stats["computations"]
             self._frames.put(_DONE)
 
     def _decode(self) -> None:
@@ -328,7 +335,7 @@ class _Pipeline:
             return
         _LOGGER.info(
             "synthesis: %d frames, %.2f s audio in %.2f s (RTF %.2f), first audio %.3f s, "
-            "%d chunks, talker %.2f s, predictor %.2f s, decoder %.2f s",
+            "%d chunks, talker %.2f s, predictor %.2f s, whole frames %.2f s, decoder %.2f s",
             m.n_frames,
             m.audio_s,
             m.total_s,
@@ -337,6 +344,7 @@ class _Pipeline:
             m.n_chunks,
             m.talker_s,
             m.predictor_s,
+            m.frame_graph_s,
             m.decoder_s,
         )
 

@@ -153,7 +153,9 @@ class FrameIterator {
         d["talker_ms"] = s.talker_ms;
         d["predictor_ms"] = s.predictor_ms;
         d["graph_setup_ms"] = s.graph_setup_ms;
+        d["frame_graph_ms"] = s.frame_graph_ms;
         d["predictor_computations"] = s.predictor_computations;
+        d["computations"] = s.computations;
         return d;
     }
 
@@ -323,10 +325,13 @@ void def_engine(py::module_ &m) {
                const std::string &language, bool non_streaming, bool greedy,
                std::optional<uint64_t> seed, std::optional<float> temperature,
                std::optional<int> top_k, std::optional<float> top_p,
-               std::optional<float> repetition_penalty, int max_frames, const VoiceOptions *voice) {
+               std::optional<float> repetition_penalty, int max_frames, const VoiceOptions *voice,
+               int kv_block, bool whole_frames) {
                 auto ids = ids_from(input_ids);
                 auto o = options_from(speaker, voice, language, non_streaming, greedy, seed,
                                       temperature, top_k, top_p, repetition_penalty, max_frames);
+                o.kv_block = kv_block;
+                o.whole_frames = whole_frames;
                 std::unique_ptr<GenerationSession> s;
                 {
                     py::gil_scoped_release release;
@@ -339,7 +344,10 @@ void def_engine(py::module_ &m) {
             py::arg("greedy") = false, py::arg("seed") = py::none(),
             py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
             py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
-            py::arg("max_frames") = 2048, py::arg("voice") = nullptr)
+            py::arg("max_frames") = 2048, py::arg("voice") = nullptr, py::arg("kv_block") = 256,
+            py::arg("whole_frames") = true,
+            "The frames one by one (stats: the session's figures). kv_block: talker cache growth "
+            "step (tests); whole_frames=False: no frame computed whole on a GPU (benches, tests).")
         .def(
             "generate",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,

@@ -4,52 +4,76 @@
 #include <memory>
 #include <vector>
 
+#include "device_sampler.h"
 #include "kazeia/generator.h"
 #include "sampler.h"
 #include "talker_model.h"
 
 namespace kazeia {
 
-// The code predictor's whole frame as one graph, for a predictor placed on a GPU: its 15 passes
-// (the 2-row prefill, then 14 single rows, each reading the code the one before it drew) with
-// the sampling between them computed on the device. A frame then costs one upload (the talker's
-// hidden state and code 0's embedding, and the frame's uniform draws), one computation and one
-// download (its codes) instead of a host round trip per code: each is a submission and a wait
-// on a GPU. It samples as select_token does, from the same draws of the same Rng, in f32:
-// greedy (the first maximum), temperature, top-k (exactly k kept, where select_token keeps ties
-// with the k-th value too), not top-p (the step graphs do that).
-class PredictorFrameGraph {
+// The code predictor's 15 passes of a frame for a graph on a GPU (the 2-row prefill, then 14
+// single rows, each reading the code the one before it drew), with the draws between them
+// computed on the device (DeviceSampler): the passes' constant inputs, set once, and the ops
+// that add them to a graph (PredictorFrameGraph's, or a whole frame's: frame_graph.h).
+class PredictorPasses {
   public:
     // Writes the K/V of its passes into `cache` (slots 0..15).
+    PredictorPasses(const TalkerModel &model, KvCache &cache, ggml_backend_t backend,
+                    const SamplingParams &params);
+    const SamplingParams &params() const { return sampler_.params(); }
+    int64_t count() const { return passes_; }
+
+    // The passes from `rows` [talker hidden, 2] (the talker's hidden state and code 0's
+    // embedding), pass p drawing with uniforms[first_uniform + p] ([1, n]; null when greedy).
+    // Returns the 15 codes drawn, each I32 [1]; `logits`, when set, receives each pass's.
+    std::vector<ggml_tensor *> add(ggml_context *ctx, ggml_tensor *rows, ggml_tensor *uniforms,
+                                   int64_t first_uniform, std::vector<ggml_tensor *> *logits) const;
+
+  private:
+    const StackPlacement &at_;
+    KvCache &cache_;
+    int64_t passes_, vocab_, in_dim_;
+    DeviceSampler sampler_;
+    AttentionParams attention_;  // (no pool on a GPU)
+    // Per pass: positions, cache slots and head index; the prefill's causal mask.
+    GgmlContextPtr ctx_;
+    BufferPtr buf_;
+    std::vector<ggml_tensor *> positions_, slots_, head_ids_;
+    ggml_tensor *prefill_mask_ = nullptr;
+};
+
+// Nodes enough for a graph of a frame's passes or more (a whole frame: frame_graph.h).
+inline constexpr int FRAME_GRAPH_SIZE = 8192;
+
+// Codes I32 [1] each, as one f32 row [n] (exact below 2^24) to download at once: every backend
+// concatenates f32.
+ggml_tensor *codes_as_floats(ggml_context *ctx, const std::vector<ggml_tensor *> &codes);
+
+// Whether `backend` computes every op of `gf`.
+bool computes_all(ggml_backend_t backend, ggml_cgraph *gf);
+
+// The code predictor's whole frame as one graph, for a predictor placed on a GPU
+// (PredictorPasses). A frame then costs one upload (the talker's hidden state and code 0's
+// embedding, and the frame's uniform draws), one computation and one download (its codes)
+// instead of a host round trip per code: each is a submission and a wait on a GPU.
+class PredictorFrameGraph {
+  public:
     PredictorFrameGraph(const TalkerModel &model, KvCache &cache, ggml_backend_t backend,
                         const SamplingParams &params);
     // False when the backend lacks one of its ops (nothing was allocated then).
     bool supported() const { return supported_; }
-    const SamplingParams &params() const { return params_; }
+    const SamplingParams &params() const { return passes_.params(); }
     // `rows` [2, talker hidden]: the talker's hidden state and code 0's embedding. Fills
     // frame[1..15]; `trace` as CodePredictor::predict.
     void predict(const float *rows, Frame &frame, Rng &rng, std::vector<float> *trace);
 
   private:
-    int64_t candidates() const;  // the codes a draw is among: top_k, or all
-    ggml_tensor *sample(ggml_tensor *logits, int pass);
-
     ggml_backend_t backend_;
-    SamplingParams params_;
-    int64_t passes_, vocab_;
-    // Per pass: positions, cache slots and head index; the prefill's causal mask; for sampling
-    // among n candidates, the last index, a descending ramp (the first true as an argmax) and a
-    // lower triangle of ones [n, n] (prefix sums as a product). Set once, in their own buffer.
-    GgmlContextPtr const_ctx_;
-    BufferPtr const_buf_;
-    std::vector<ggml_tensor *> positions_, slots_, head_ids_;
-    ggml_tensor *prefill_mask_ = nullptr, *last_index_ = nullptr, *ramp_ = nullptr,
-                *triangle_ = nullptr;
+    PredictorPasses passes_;
     std::vector<uint8_t> mem_;
     GgmlContextPtr ctx_;
     ggml_cgraph *gf_ = nullptr;
     GallocrPtr allocr_;
-    AttentionParams attention_;
     ggml_tensor *rows_ = nullptr, *uniforms_ = nullptr, *codes_ = nullptr;
     std::vector<ggml_tensor *> logits_;
     bool supported_ = false;
@@ -72,6 +96,8 @@ class CodePredictor {
 
     // Graph computations so far: 15 a frame by steps, 1 by the frame graph.
     int64_t computations() const { return computations_; }
+    // Its K/V cache (slots 0..15, rewritten every frame), for a graph that computes its passes.
+    KvCache &cache() { return cache_; }
 
   private:
     const TalkerModel &m_;

@@ -11,6 +11,7 @@
 #include "code_predictor.h"
 #include "cpu_backend.h"
 #include "devices_internal.h"
+#include "frame_graph.h"
 #include "kazeia/devices.h"
 #include "kazeia/error.h"
 #include "prompt.h"
@@ -24,10 +25,6 @@ namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
-
-// The official generation suppresses the top 1024 ids of the codec vocabulary (its control
-// tokens: pad, bos, think, languages, speakers, ...) for code 0, eos excepted.
-constexpr int64_t CODEC_CONTROL_TOKENS = 1024;
 
 // The sampling of one generation: the options, else the model's generation_config.json.
 struct Sampling {
@@ -65,12 +62,16 @@ struct GenerationSession::State {
     Prompt prompt;
     std::unique_ptr<TalkerRun> talker;
     std::unique_ptr<CodePredictor> predictor;
+    // Whole frames on the GPU both stacks share, where it can (whole_frames()).
+    std::unique_ptr<FrameGraph> frame_graph;
+    bool frame_graph_tried = false, frame_graph_started = false;
+    int64_t frame_graph_computations = 0;
     std::vector<int32_t> history;       // sampled codes 0
     std::optional<Frame> pending_step;  // a frame whose talker step has not run yet
     std::vector<float> scratch, step_embed;
     int64_t n_frames = 0;
     bool started = false, done = false;
-    double talker_ms = 0.0, predictor_ms = 0.0, graph_setup_ms = 0.0;
+    double talker_ms = 0.0, predictor_ms = 0.0, frame_graph_ms = 0.0, graph_setup_ms = 0.0;
 
     State(const TalkerModel &model, const std::vector<int32_t> &ids, const GenerationOptions &o,
           GenerationTrace *t)
@@ -108,21 +109,61 @@ struct GenerationSession::State {
         return gpu.get();
     }
 
-    // Feeds the last frame back: C(c0) + sum of the predictor's embeddings of c1..c15 + text.
-    void talker_step() {
-        const TalkerHParams &hp = m.hp;
-        const int64_t d = hp.talker.hidden_size;
-        const Frame frame = *pending_step;
-        pending_step.reset();
-        const auto t0 = std::chrono::steady_clock::now();
+    // The talker's input row that feeds the pending frame back: C(c0) + the predictor's
+    // embeddings of c1..c15 + the text row of its step.
+    const float *pending_step_input() {
+        const int64_t d = m.hp.talker.hidden_size;
         step_embed.assign(d, 0.0f);
-        m.add_frame_embedding(frame, step_embed.data());
+        m.add_frame_embedding(*pending_step, step_embed.data());
+        pending_step.reset();
         const float *text = prompt.step_text(n_frames - 1);
         for (int64_t i = 0; i < d; ++i) step_embed[i] += text[i];
+        return step_embed.data();
+    }
+
+    void talker_step() {
+        const auto t0 = std::chrono::steady_clock::now();
+        pending_step_input();
         if (trace) trace->step_embeds.insert(trace->step_embeds.end(), step_embed.begin(), step_embed.end());
         talker->step(step_embed.data());
         talker_ms += ms_since(t0);
         record_talker_call();
+    }
+
+    // Whether the frames from now on are computed whole on the GPU both stacks share
+    // (FrameGraph): where the device draws this sampling and neither teacher forcing nor a
+    // trace needs the logits on the host. Built at the first frame after the prefill.
+    bool whole_frames() {
+        if (frame_graph_tried) return frame_graph != nullptr;
+        frame_graph_tried = true;
+        if (!opt.whole_frames || trace || !opt.forced.empty() || m.talker_at.on_cpu() ||
+            m.talker_at.device != m.predictor_at.device ||
+            !FrameGraph::draws(sampling.talker, sampling.predictor))
+            return false;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto graph = std::make_unique<FrameGraph>(m, talker->cache(), predictor->cache(),
+                                                  backend_for(m.talker_at), sampling.talker,
+                                                  sampling.predictor, sampling.repetition_penalty);
+        if (graph->supported()) frame_graph = std::move(graph);
+        graph_setup_ms += ms_since(t0);
+        return frame_graph != nullptr;
+    }
+
+    // The next frame in one computation of the frame graph; the first hands it the pending
+    // frame's input row and the codes 0 so far.
+    Frame whole_frame() {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!frame_graph_started) {
+            frame_graph->start(pending_step_input(), history);
+            frame_graph_started = true;
+        }
+        pending_step.reset();
+        const int64_t pos = talker->take_step();
+        const Frame frame = frame_graph->compute(pos, prompt.step_text(n_frames),
+                                                 n_frames >= EOS_AFTER_FRAMES, rng);
+        ++frame_graph_computations;
+        frame_graph_ms += ms_since(t0);
+        return frame;
     }
 
     void record_talker_call() {
@@ -157,27 +198,34 @@ struct GenerationSession::State {
             done = true;
             return std::nullopt;
         }
-        if (pending_step) talker_step();
-        // Code 0: repetition penalty over earlier codes 0 -> suppress the control tokens except
-        // eos -> no eos before 2 frames -> temperature/top-k/top-p.
-        const std::vector<float> &logits = talker->logits();
-        scratch.assign(logits.begin(), logits.end());
-        apply_repetition_penalty(scratch.data(), vocab, history, sampling.repetition_penalty);
-        suppress_range(scratch.data(), vocab, vocab - CODEC_CONTROL_TOKENS, vocab, hp.codec_eos_id);
-        if (n_frames < 2) scratch[hp.codec_eos_id] = -INFINITY;
-        std::vector<float> tmp;
         Frame frame{};
         const Frame *forced = forcing ? &opt.forced[n_frames] : nullptr;
-        frame[0] = forced ? (*forced)[0] : select_token(scratch.data(), vocab, sampling.talker, rng, tmp);
+        const bool whole = pending_step && whole_frames();
+        if (whole) {
+            frame = whole_frame();
+        } else {
+            if (pending_step) talker_step();
+            // Code 0: repetition penalty over earlier codes 0 -> suppress the control tokens
+            // except eos -> no eos in the first frames -> temperature/top-k/top-p.
+            const std::vector<float> &logits = talker->logits();
+            scratch.assign(logits.begin(), logits.end());
+            apply_repetition_penalty(scratch.data(), vocab, history, sampling.repetition_penalty);
+            suppress_range(scratch.data(), vocab, vocab - CODEC_CONTROL_TOKENS, vocab, hp.codec_eos_id);
+            if (n_frames < EOS_AFTER_FRAMES) scratch[hp.codec_eos_id] = -INFINITY;
+            std::vector<float> tmp;
+            frame[0] = forced ? (*forced)[0] : select_token(scratch.data(), vocab, sampling.talker, rng, tmp);
+        }
         history.push_back(frame[0]);
         if ((uint32_t)frame[0] == hp.codec_eos_id) {
             done = true;
             return std::nullopt;
         }
-        auto t0 = std::chrono::steady_clock::now();
-        predictor->predict(talker->hidden().data(), frame, sampling.predictor, rng,
-                           trace ? &trace->cp_logits : nullptr, forced);
-        predictor_ms += ms_since(t0);
+        if (!whole) {
+            const auto t0 = std::chrono::steady_clock::now();
+            predictor->predict(talker->hidden().data(), frame, sampling.predictor, rng,
+                               trace ? &trace->cp_logits : nullptr, forced);
+            predictor_ms += ms_since(t0);
+        }
         check_weights();  // the frame was computed from what the file had become
         ++n_frames;
 
@@ -221,7 +269,10 @@ GenerationSession::~GenerationSession() = default;
 std::optional<Frame> GenerationSession::next() { return state_->next(); }
 GenerationStats GenerationSession::stats() const {
     const State &s = *state_;
-    return {s.n_frames, s.talker_ms, s.predictor_ms, s.graph_setup_ms, s.predictor->computations()};
+    const int64_t whole = s.frame_graph_computations;
+    return {s.n_frames, s.talker_ms, s.predictor_ms, s.frame_graph_ms, s.graph_setup_ms,
+            s.predictor->computations() + whole,
+            s.talker->computations() + s.predictor->computations() + whole};
 }
 
 }  // namespace kazeia

@@ -93,7 +93,7 @@ TalkerModel::TalkerModel(const std::string &path, int threads, const std::string
     }
     cp_embd = weights.tensor(tlk_name::CP_EMBD);
     cp_heads = weights.tensor(tlk_name::CP_HEADS);
-    talker_at = StackPlacement(talker_device, talker, nullptr, nullptr, head, nullptr, nullptr, "talker");
+    talker_at = StackPlacement(talker_device, talker, nullptr, nullptr, head, nullptr, codec_embd, "talker");
     predictor_at = StackPlacement(predictor_device, predictor, cp_proj_w, cp_proj_b, nullptr, cp_heads,
                                   cp_embd, "code predictor");
 }
@@ -161,20 +161,28 @@ TalkerRun::TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, 
     prefill_graph_ = std::make_unique<LmGraph>(m.talker_at.stack, *cache_, prompt.rows() - prompt.voice_rows,
                                                tk.hidden_size, nullptr, nullptr, m.talker_at.head, nullptr,
                                                backend, pool_);
-    step_graph_ = std::make_unique<LmGraph>(m.talker_at.stack, *cache_, 1, tk.hidden_size, nullptr,
-                                            nullptr, m.talker_at.head, nullptr, backend, pool_);
 }
 
 void TalkerRun::prefill(const Prompt &prompt) {
     load_or_compute_voice(prompt);
     prefill_graph_->eval(prompt.prefill.data() + prompt.voice_rows * prompt.width, prompt.voice_rows);
+    ++computations_;
     last_ = prefill_graph_.get();
     pos_ = prompt.rows();
 }
 
-void TalkerRun::step(const float *embed) {
+int64_t TalkerRun::take_step() {
     if (pos_ >= cache_->n_ctx) grow(pos_ + 1 + kv_block_);
-    step_graph_->eval(embed, pos_++);
+    return pos_++;
+}
+
+void TalkerRun::step(const float *embed) {
+    const int64_t pos = take_step();
+    if (!step_graph_)
+        step_graph_ = std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, 1, m_.hp.talker.hidden_size,
+                                                nullptr, nullptr, m_.talker_at.head, nullptr, backend_, pool_);
+    step_graph_->eval(embed, pos);
+    ++computations_;
     last_ = step_graph_.get();
 }
 
@@ -194,6 +202,7 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
     auto voice = std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, rows, tk.hidden_size, nullptr,
                                            nullptr, m_.talker_at.head, nullptr, backend_, pool_);
     voice->eval(prompt.prefill.data(), 0);
+    ++computations_;
     spent_.push_back(std::move(voice));
     entry.key = prompt.voice_key;
     entry.rows = rows;
@@ -209,14 +218,11 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
 }
 
 void TalkerRun::grow(int64_t slots) {
-    const LmHParams &tk = m_.hp.talker;
     if (pos_ >= cache_->capacity)
         throw std::runtime_error("talker KV cache capacity exceeded");  // steps bound the run
     cache_->extend(slots);  // (at most its capacity)
-    spent_.push_back(std::move(step_graph_));
-    if (prefill_graph_) spent_.push_back(std::move(prefill_graph_));
-    step_graph_ = std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, 1, tk.hidden_size, nullptr,
-                                            nullptr, m_.talker_at.head, nullptr, backend_, pool_);
+    for (std::unique_ptr<LmGraph> *graph : {&step_graph_, &prefill_graph_})
+        if (*graph) spent_.push_back(std::move(*graph));
 }
 
 }  // namespace kazeia

@@ -18,6 +18,12 @@
 
 namespace kazeia {
 
+// The official generation suppresses the top 1024 ids of the codec vocabulary (its control
+// tokens: pad, bos, think, languages, speakers, ...) for code 0, eos excepted, and eos itself
+// in the first EOS_AFTER_FRAMES frames.
+inline constexpr int64_t CODEC_CONTROL_TOKENS = 1024;
+inline constexpr int64_t EOS_AFTER_FRAMES = 2;
+
 // Where one LM stack computes and the tensors its graphs read there: the model's own (mapped)
 // tensors on the CPU, copies in the device's memory on a GPU.
 struct StackPlacement {
@@ -25,8 +31,8 @@ struct StackPlacement {
     std::unique_ptr<DeviceCopies> copies;
     LmStack stack;
     ggml_tensor *in_proj_w = nullptr, *in_proj_b = nullptr, *head = nullptr, *heads = nullptr;
-    // An embedding table its graphs look rows up in on the device (the code predictor's, for
-    // its frame graph), or null.
+    // The embedding table of its input codes, where its graphs look rows up on the device (for
+    // the frame graphs): the code predictor's, the talker's codec table.
     ggml_tensor *embd = nullptr;
 
     StackPlacement() = default;
@@ -98,16 +104,23 @@ class TalkerRun {
     const std::vector<float> &logits() const { return last_->logits(); }
     const std::vector<float> &hidden() const { return last_->hidden(); }
 
+    // For a graph that computes the talker's step itself (FrameGraph): the next position,
+    // the cache grown to hold it, counted as stepped.
+    int64_t take_step();
+    KvCache &cache() { return *cache_; }
+    // Graph computations so far (the voice prefix's, the prefill, the steps).
+    int64_t computations() const { return computations_; }
+
   private:
     void load_or_compute_voice(const Prompt &prompt);
-    void grow(int64_t slots);  // more cache slots in use (in place), step graph rebuilt
+    void grow(int64_t slots);  // more cache slots in use (in place); the step graph is spent
 
     const TalkerModel &m_;
     ggml_backend_t backend_;
     WorkerPool *pool_;
-    int64_t kv_block_, pos_ = 0;
+    int64_t kv_block_, pos_ = 0, computations_ = 0;
     std::unique_ptr<KvCache> cache_;
-    std::unique_ptr<LmGraph> prefill_graph_, step_graph_;
+    std::unique_ptr<LmGraph> prefill_graph_, step_graph_;  // the step's: built at its first use
     // Graphs this run is done with (the voice prefix's, those a growing cache replaced): kept
     // until it ends, not freed, because a GPU backend's descriptor sets may still name their
     // buffers (legal in Vulkan; Debian 12's lavapipe, Mesa 22, then reads the freed buffer when

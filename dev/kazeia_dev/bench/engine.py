@@ -60,7 +60,9 @@ ENGINE_CHUNKS = "1,4,8"
 # The cloned-voice rows: streaming chunk, the reference recording's transcript.
 VOICE_CHUNK = 4
 PLACED = "placed"  # the row with parts on --talker-, --predictor-, --decoder-backend devices
-PLACED_KEYS = ("total_s", "ttfa_s", "decoder_s", "talker_s", "predictor_s")  # its ratios to CPU
+# The placed row's ratios to the CPU's; generator_s: talker, code predictor and whole frames
+PLACED_KEYS = ("total_s", "ttfa_s", "decoder_s", "generator_s")
+GENERATOR_KEYS = ("talker_s", "predictor_s", "frame_graph_s")
 REF_TEXT = "Good morning, my dear. Did you sleep well last night?"
 
 
@@ -463,6 +465,8 @@ def bench_engine(args: argparse.Namespace) -> int:
             )
             placed = run_json_child(cmd, f"engine {_label(PLACED)}", env)
             cpu_row = rows[f"stream_k{VOICE_CHUNK}"] if VOICE_CHUNK in chunks else None
+            for row in (placed, cpu_row or {}):
+                row["generator_s"] = sum(row.get(k, 0.0) for k in GENERATOR_KEYS)
             if cpu_row is not None:
                 placed["vs_cpu"] = {
                     key: placed[key] / cpu_row[key] for key in PLACED_KEYS if cpu_row[key] > 0
@@ -756,17 +760,31 @@ def engine_table(result: dict[str, Any]) -> str:
             f"the CPU row beside it in the table above):",
             "",
             "| row | total s | RTF | TTFA ms (cold) | decoder s | talker s | predictor s "
-            "| predictor ms per frame (computations) "
-            "| vs CPU total / TTFA / decoder / talker / predictor |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| whole frames s | computations per frame (predictor's) "
+            "| vs CPU total / TTFA / decoder / generator |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
             f"| {_label(PLACED)} | {placed['total_s']:.2f} | {placed['rtf']:.2f} "
             f"| {1e3 * placed['ttfa_s']:.0f} ({1e3 * placed['cold_ttfa_s']:.0f}) "
             f"| {placed['decoder_s']:.2f} | {placed['talker_s']:.2f} | {placed['predictor_s']:.2f} "
-            f"| {1e3 * placed['predictor_s'] / frames:.1f} "
-            f"({placed['predictor_computations'] / frames:.0f}) | "
+            f"| {placed['frame_graph_s']:.2f} | {placed['computations'] / frames:.1f} "
+            f"({placed['predictor_computations'] / frames:.1f}) | "
             + " / ".join(fmt(vs.get(k), ".2f", "x") for k in PLACED_KEYS)
             + " |",
         ]
+        whole = placed.get("whole_frames")
+        if whole is not None:
+            every_run = whole["whole_ms_runs"] + whole["apart_ms_runs"]
+            spread, runs = max(every_run) / min(every_run), len(whole["whole_ms_runs"])
+            lines += [
+                "",
+                f"Frames computed whole on {devices['talker']} vs apart (the generator alone, "
+                f"{whole['frames']} frames after the first, medians of {runs} "
+                f"runs of each, alternating; max/min of all runs {spread:.2f}): whole "
+                f"{whole['whole_ms']:.1f} ms a frame in {whole['whole_computations']:.0f} "
+                f"computation(s), apart {whole['apart_ms']:.1f} ms in "
+                f"{whole['apart_computations']:.0f}: {whole['whole_ms'] / whole['apart_ms']:.2f}x; "
+                f"the same codes: {'yes' if whole['same_codes'] else 'NO'}",
+            ]
 
     voice_rows = result.get("voice_rows") or {}
     if voice_rows:
@@ -1007,6 +1025,9 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
     # The memory-floor line's figures: the generator with nothing decoding beside it (in the
     # subprocess row, whose process holds no decoder).
     alone = _generator_alone(engine, args) if args.subprocess and voice is None else None
+    devices = engine.devices
+    shared_gpu = devices["talker"] == devices["predictor"] != "cpu"
+    whole = _whole_vs_apart(engine, args) if shared_gpu and voice is None else None
     result: dict[str, Any] = {
         k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("n_frames", "rtf")
     }
@@ -1039,6 +1060,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         ref_seconds=args.ref_seconds if args.clone else 0.0,
         kv_bytes_per_frame=_kv_bytes_per_position(engine.generator.hparams),
         generator_alone=alone,
+        whole_frames=whole,
     )
     return result
 
@@ -1058,6 +1080,44 @@ def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, float]:
         talker.append(stats["talker_ms"] / max(frames, 1))
         predictor.append(stats["predictor_ms"] / max(frames, 1))
     return {"talker_ms": statistics.median(talker), "predictor_ms": statistics.median(predictor)}
+
+
+WHOLE_FRAMES_COMPARED = 16  # frames after the first, per run of each mode
+
+
+def _whole_vs_apart(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The generator alone with its talker and code predictor on one GPU: ms and graph
+    computations per frame after the first (the prefill's), each frame computed whole in one
+    graph, and apart (the talker's step and code 0, then the code predictor's frame graph),
+    medians over the row's repeats, alternating; and whether both drew the same codes."""
+    ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
+    frames = min(args.frames, WHOLE_FRAMES_COMPARED + 1)
+    per_frame: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    codes: dict[bool, np.ndarray] = {}
+    for _ in range(args.repeats):
+        for whole in (True, False):
+            it = engine.generator.frames(
+                ids,
+                args.speaker,
+                args.language,
+                seed=args.seed,
+                max_frames=frames,
+                whole_frames=whole,
+            )
+            got = [next(it)]
+            first, t0 = dict(it.stats), time.perf_counter()
+            got += list(it)
+            n = max(len(got) - 1, 1)
+            ms = 1e3 * (time.perf_counter() - t0) / n
+            per_frame[whole].append((ms, (it.stats["computations"] - first["computations"]) / n))
+            codes[whole] = np.stack(got)
+    same = bool(np.array_equal(codes[True], codes[False]))
+    out: dict[str, Any] = {"frames": frames - 1, "same_codes": same}
+    for whole, name in ((True, "whole"), (False, "apart")):
+        out[f"{name}_ms"] = statistics.median(ms for ms, _ in per_frame[whole])
+        out[f"{name}_ms_runs"] = [ms for ms, _ in per_frame[whole]]
+        out[f"{name}_computations"] = statistics.median(c for _, c in per_frame[whole])
+    return out
 
 
 def _kv_bytes_per_position(hp: dict[str, Any]) -> int:

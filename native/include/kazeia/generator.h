@@ -57,6 +57,9 @@ struct GenerationOptions {
     int max_frames = 0;  // > 0
     // Talker KV cache slots added at a time (the cache grows with the generation).
     int kv_block = 256;
+    // Frames computed whole, in one graph, where both stacks share a GPU (src/frame_graph.h);
+    // false: its talker step and code 0 apart from its code predictor (benches, tests).
+    bool whole_frames = true;
     // Teacher forcing (quality measurements): frame i is forced[i], whatever the sampler picks
     // (logits are computed and traced as usual); generation ends after forced.size() frames.
     std::vector<Frame> forced;
@@ -111,14 +114,21 @@ class Generator {
 // What a session has done so far.
 struct GenerationStats {
     int64_t frames = 0;
-    // Milliseconds spent in the talker (prefill included) and the code predictor.
-    double talker_ms = 0.0, predictor_ms = 0.0;
+    // Milliseconds spent in the talker (prefill included) and the code predictor, and in
+    // frames computed whole as one graph on a GPU (talker step, code 0 and the code predictor
+    // together, where both stacks share the GPU: src/frame_graph.h), counted in neither.
+    double talker_ms = 0.0, predictor_ms = 0.0, frame_graph_ms = 0.0;
     // Milliseconds spent building and allocating the session's graphs and caches (once per
     // session: the code predictor's 14 per-frame sub-steps reuse one graph).
     double graph_setup_ms = 0.0;
-    // The code predictor's graph computations: 15 a frame by single steps, 1 a frame where
-    // its whole frame is one graph on a GPU (code_predictor.h).
+    // The graph computations that computed the code predictor: 15 a frame by single steps, 1
+    // a frame where its whole frame is one graph on a GPU (src/code_predictor.h), or a part of
+    // a whole frame's.
     int64_t predictor_computations = 0;
+    // Every graph computation of the session (the voice prefix's, the prefill, the talker's
+    // steps, the code predictor's), each a submission the host waits for on a GPU: 16 a frame
+    // on the CPU, 2 with the code predictor's frame as one graph, 1 for a whole frame.
+    int64_t computations = 0;
 };
 
 class GenerationSession {
