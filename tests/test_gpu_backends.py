@@ -156,16 +156,19 @@ def on_gpu(
     return request.param, gpu, Generator(path, threads=2)
 
 
-def frames_and_waits(gen: Generator, *args: Any, **kwargs: Any) -> tuple[np.ndarray, float]:
-    """The codes of a generation, and its graph computations per frame after the first (the
-    first's include the prefill's), the draw of an eos that ended it counted as a frame: each
-    one a submission the host waits for on a GPU."""
+def frames_and_waits(
+    gen: Generator, *args: Any, **kwargs: Any
+) -> tuple[np.ndarray, float, dict[str, Any]]:
+    """The codes of a generation, its graph computations per frame after the first (the
+    first's include the prefill's; the draw of an eos that ended it, one computation on every
+    path, not counted): each one a submission the host waits for on a GPU; and its stats."""
     it = gen.frames(*args, **kwargs)
     codes = [next(it)]
     first = it.stats["computations"]
     codes += list(it)
-    drawn = it.stats["frames"] + (it.stats["frames"] < kwargs["max_frames"])  # eos: one more
-    return np.stack(codes), (it.stats["computations"] - first) / max(drawn - 1, 1)
+    eos_draw = int(len(codes) < kwargs["max_frames"])
+    waits = (it.stats["computations"] - first - eos_draw) / max(len(codes) - 1, 1)
+    return np.stack(codes), waits, it.stats
 
 
 def top2_margin(logits: np.ndarray) -> float:
@@ -223,7 +226,7 @@ def test_a_cache_growing_on_a_gpu_changes_no_code(
     assert np.array_equal(trace["codes"], ref_array(name, "stream_codes"))
     # Frames computed whole: the frame graph built again at each growth.
     greedy: dict[str, Any] = {"greedy": True, "repetition_penalty": 1.0, "max_frames": FRAMES}
-    codes, waits = frames_and_waits(
+    codes, waits, _ = frames_and_waits(
         gpu, ids, speaker, language, non_streaming, kv_block=5, **greedy
     )
     assert np.array_equal(codes, ref_array(name, "stream_codes"))
@@ -243,66 +246,41 @@ def test_frames_on_a_gpu_stream_what_generate_returns(
 
 @needs_gpu
 @pytest.mark.parametrize(
-    ("sampling", "per_frame"),
+    "sampling",
     [
-        ({"greedy": True, "repetition_penalty": 1.0}, 1),
-        ({"seed": 7}, 1),  # the model's own: temperature 0.9, top-k 50
-        ({"seed": 11, "top_k": 0, "temperature": 1.3}, 1),
-        ({"seed": 3, "top_p": 0.9}, 15),  # top-p: by single steps, sampled on the host
-    ],
-)
-def test_a_predictor_on_a_gpu_draws_the_codes_of_the_cpu_in_one_computation_a_frame(
-    on_gpu: tuple[str, Generator, Generator], sampling: dict[str, Any], per_frame: int
-) -> None:
-    """The code predictor's frame is one graph on the GPU, its draws made there from the
-    same uniforms as on the CPU: the same codes, one computation a frame instead of 15 (the
-    CPU's count), except with top-p, which the device does not draw."""
-    name, gpu, cpu_gen = on_gpu
-    args = (ref_array(name, "input_ids"), "vivian", "english", False)
-    runs = []
-    for gen in (gpu, cpu_gen):  # whole frames off: the predictor's frame graph on its own
-        it = gen.frames(*args, max_frames=FRAMES, whole_frames=False, **sampling)
-        runs.append((np.stack(list(it)), it.stats))
-    (gpu_codes, gpu_stats), (cpu_codes, cpu_stats) = runs
-    assert np.array_equal(gpu_codes, cpu_codes)
-    assert gpu_stats["predictor_computations"] == per_frame * gpu_stats["frames"]
-    assert cpu_stats["predictor_computations"] == 15 * cpu_stats["frames"]
-
-
-@needs_gpu
-@pytest.mark.parametrize(
-    ("sampling", "whole"),
-    [
-        ({"greedy": True, "repetition_penalty": 1.0}, True),
-        ({"greedy": True}, True),  # the model's repetition penalty, 1.05
-        ({"seed": 7}, True),  # the model's own: temperature 0.9, top-k 50, penalty 1.05
-        ({"seed": 5, "repetition_penalty": 1.5}, True),
-        ({"seed": 11, "top_k": 0, "temperature": 1.3}, True),
-        ({"seed": 3, "top_p": 0.9}, False),  # top-p: the host draws
+        {"greedy": True, "repetition_penalty": 1.0},
+        {"greedy": True},  # the model's repetition penalty, 1.05
+        {"seed": 7},  # the model's own: temperature 0.9, top-k 50, penalty 1.05
+        {"seed": 5, "repetition_penalty": 1.5},
+        {"seed": 11, "top_k": 0, "temperature": 1.3},
+        {"seed": 3, "top_p": 0.9},
+        {"seed": 13, "top_k": 0, "top_p": 0.8},
     ],
 )
 def test_a_frame_on_a_gpu_is_one_computation_drawing_the_codes_of_the_cpu(
-    on_gpu: tuple[str, Generator, Generator], sampling: dict[str, Any], whole: bool
+    on_gpu: tuple[str, Generator, Generator], sampling: dict[str, Any]
 ) -> None:
     """Both stacks on the GPU: after the first frame (the prefill's), a frame is one graph
     (the talker's step reading the input the frame before left on the device, code 0 drawn
     there with the repetition penalty, the control tokens suppressed and the eos rule, the
     code predictor's passes, the next step's input): the host waits once a frame and gets its
-    16 codes, the CPU's, from the same uniforms. Apart (whole_frames=False) it waits twice
-    (the talker's step, the predictor's frame graph); with top-p 16 times, as on the CPU."""
+    16 codes, the CPU's, from the same uniforms. Apart (whole_frames=False) it waits twice:
+    the talker's step, then the code predictor's frame as one graph of its own (15 single
+    steps on the CPU), drawing the same codes."""
     name, gpu, cpu_gen = on_gpu
     args = (ref_array(name, "input_ids"), "vivian", "english", False)
-    cpu_codes, cpu_waits = frames_and_waits(cpu_gen, *args, max_frames=FRAMES, **sampling)
-    gpu_codes, gpu_waits = frames_and_waits(gpu, *args, max_frames=FRAMES, **sampling)
+    cpu_codes, cpu_waits, cpu_stats = frames_and_waits(
+        cpu_gen, *args, max_frames=FRAMES, **sampling
+    )
+    gpu_codes, gpu_waits, _ = frames_and_waits(gpu, *args, max_frames=FRAMES, **sampling)
+    apart, apart_waits, apart_stats = frames_and_waits(
+        gpu, *args, max_frames=FRAMES, whole_frames=False, **sampling
+    )
     assert np.array_equal(gpu_codes, cpu_codes)
-    assert cpu_waits == 16
-    assert gpu_waits == (1 if whole else 16)
-    if whole:
-        apart, apart_waits = frames_and_waits(
-            gpu, *args, max_frames=FRAMES, whole_frames=False, **sampling
-        )
-        assert np.array_equal(apart, cpu_codes)
-        assert apart_waits == 2
+    assert np.array_equal(apart, cpu_codes)
+    assert (cpu_waits, gpu_waits, apart_waits) == (16, 1, 2)
+    assert apart_stats["predictor_computations"] == apart_stats["frames"]
+    assert cpu_stats["predictor_computations"] == 15 * cpu_stats["frames"]
 
 
 @needs_gpu
@@ -316,8 +294,8 @@ def test_whole_frames_on_a_gpu_stop_at_the_eos_the_cpu_draws(
     name, gpu, cpu_gen = on_gpu
     flat: dict[str, Any] = {"temperature": 1000.0, "top_k": 0, "repetition_penalty": 1.0}
     args = (ref_array(name, "input_ids"), "vivian")
-    cpu_codes, _ = frames_and_waits(cpu_gen, *args, seed=seed, max_frames=60, **flat)
-    gpu_codes, gpu_waits = frames_and_waits(gpu, *args, seed=seed, max_frames=60, **flat)
+    cpu_codes, _, _ = frames_and_waits(cpu_gen, *args, seed=seed, max_frames=60, **flat)
+    gpu_codes, gpu_waits, _ = frames_and_waits(gpu, *args, seed=seed, max_frames=60, **flat)
     assert np.array_equal(gpu_codes, cpu_codes)
     assert gpu_waits == 1
     if name == "tiny-0.6b":

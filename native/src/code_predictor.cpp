@@ -154,7 +154,7 @@ void CodePredictor::predict(const float *talker_hidden, Frame &frame, const Samp
     embeds_.assign(talker_hidden, talker_hidden + d);
     embeds_.resize(2 * d, 0.0f);
     add_embedding_row(m_.codec_embd, frame[0], embeds_.data() + d);
-    if (!forced && params.top_p >= 1.0f && !m_.predictor_at.on_cpu()) {
+    if (!forced && !m_.predictor_at.on_cpu()) {
         if (!frame_graph_tried_) {
             frame_graph_tried_ = true;
             auto graph = std::make_unique<PredictorFrameGraph>(m_, cache_, backend_, params);

@@ -90,7 +90,7 @@ class CodePredictor {
     // the 15 heads [15, vocab].
     // `forced` (teacher forcing): codes 1..15 are taken from it instead of sampled.
     // On a GPU the frame is one computation of a PredictorFrameGraph (built at the first frame)
-    // where it can be: not forced, top_p 1, every op there; else 15 of the step graphs.
+    // where it can be: not forced, every op there; else 15 of the step graphs.
     void predict(const float *talker_hidden, Frame &frame, const SamplingParams &params, Rng &rng,
                  std::vector<float> *trace, const Frame *forced = nullptr);
 

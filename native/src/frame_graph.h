@@ -27,10 +27,6 @@ class FrameGraph {
                ggml_backend_t backend, const SamplingParams &talker, const SamplingParams &predictor,
                float repetition_penalty);
     ~FrameGraph();
-    // Whether the sampling is one a device draws (DeviceSampler::draws).
-    static bool draws(const SamplingParams &talker, const SamplingParams &predictor) {
-        return DeviceSampler::draws(talker) && DeviceSampler::draws(predictor);
-    }
     // False when the backend lacks one of its ops (nothing was allocated then).
     bool supported() const { return supported_; }
 

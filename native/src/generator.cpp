@@ -131,14 +131,13 @@ struct GenerationSession::State {
     }
 
     // Whether the frames from now on are computed whole on the GPU both stacks share
-    // (FrameGraph): where the device draws this sampling and neither teacher forcing nor a
-    // trace needs the logits on the host. Built at the first frame after the prefill.
+    // (FrameGraph): unless teacher forcing or a trace needs the logits on the host. Built at
+    // the first frame after the prefill.
     bool whole_frames() {
         if (frame_graph_tried) return frame_graph != nullptr;
         frame_graph_tried = true;
         if (!opt.whole_frames || trace || !opt.forced.empty() || m.talker_at.on_cpu() ||
-            m.talker_at.device != m.predictor_at.device ||
-            !FrameGraph::draws(sampling.talker, sampling.predictor))
+            m.talker_at.device != m.predictor_at.device)
             return false;
         const auto t0 = std::chrono::steady_clock::now();
         auto graph = std::make_unique<FrameGraph>(m, talker->cache(), predictor->cache(),
