@@ -19,7 +19,6 @@ PredictorPasses::PredictorPasses(const TalkerModel &model, KvCache &cache, ggml_
       cache_(cache),
       passes_(model.hp.num_code_groups - 1),
       vocab_(model.hp.predictor.vocab_size),
-      in_dim_(model.hp.talker.hidden_size),
       sampler_(backend, params, vocab_),
       attention_{at_.stack.hp.num_kv_heads, 1.0f / std::sqrt((float)at_.stack.hp.head_dim), nullptr} {
     // Pass p writes slots 0, 1 (p = 0) or p + 1 and attends over slots 0 .. p + 1.
@@ -51,11 +50,7 @@ std::vector<ggml_tensor *> PredictorPasses::add(ggml_context *ctx, ggml_tensor *
     std::vector<ggml_tensor *> k_cache = cache_.k, v_cache = cache_.v, codes;
     ggml_tensor *x = rows;
     for (int64_t p = 0; p < passes_; ++p) {
-        if (p > 0) {  // embedding table p - 1 of the code pass p - 1 drew
-            ggml_tensor *table = ggml_view_2d(ctx, at_.embd, in_dim_, vocab_, at_.embd->nb[1],
-                                              (p - 1) * vocab_ * at_.embd->nb[1]);
-            x = ggml_get_rows(ctx, table, codes.back());
-        }
+        if (p > 0) x = codebook_embedding(ctx, at_.embd, vocab_, p, codes.back());  // code p
         ggml_tensor *h = stack_input(ctx, x, at_.in_proj_w, at_.in_proj_b, nullptr);
         const StackPass pass{positions_[p], slots_[p], p == 0 ? prefill_mask_ : nullptr, p + 2};
         h = stack_forward(ctx, at_.stack, h, pass, k_cache, v_cache, &attention_, nullptr);
@@ -67,6 +62,13 @@ std::vector<ggml_tensor *> PredictorPasses::add(ggml_context *ctx, ggml_tensor *
         codes.push_back(sampler_.draw(ctx, pass_logits, u));
     }
     return codes;
+}
+
+ggml_tensor *codebook_embedding(ggml_context *ctx, ggml_tensor *embd, int64_t vocab, int64_t group,
+                                ggml_tensor *code) {
+    ggml_tensor *table = ggml_view_2d(ctx, embd, embd->ne[0], vocab, embd->nb[1],
+                                      (group - 1) * vocab * embd->nb[1]);
+    return ggml_get_rows(ctx, table, code);
 }
 
 ggml_tensor *codes_as_floats(ggml_context *ctx, const std::vector<ggml_tensor *> &codes) {

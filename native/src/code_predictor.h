@@ -32,7 +32,7 @@ class PredictorPasses {
   private:
     const StackPlacement &at_;
     KvCache &cache_;
-    int64_t passes_, vocab_, in_dim_;
+    int64_t passes_, vocab_;
     DeviceSampler sampler_;
     AttentionParams attention_;  // (no pool on a GPU)
     // Per pass: positions, cache slots and head index; the prefill's causal mask.
@@ -41,6 +41,11 @@ class PredictorPasses {
     std::vector<ggml_tensor *> positions_, slots_, head_ids_;
     ggml_tensor *prefill_mask_ = nullptr;
 };
+
+// The code predictor's embeddings [width, 1] of `code` (I32 [1]) of codebook `group` (1..15),
+// looked up in its tables `embd` ([width, 15 x vocab], on the device).
+ggml_tensor *codebook_embedding(ggml_context *ctx, ggml_tensor *embd, int64_t vocab, int64_t group,
+                                ggml_tensor *code);
 
 // Nodes enough for a graph of a frame's passes or more (a whole frame: frame_graph.h).
 inline constexpr int FRAME_GRAPH_SIZE = 8192;

@@ -100,11 +100,8 @@ std::unique_ptr<FrameGraph::Graph> FrameGraph::build() {
     // the host's order (so to the same bits), kept in input_ for the next frame.
     const int64_t cp_vocab = m_.hp.predictor.vocab_size;
     ggml_tensor *next = code0_row;
-    for (int64_t c = 0; c < (int64_t)codes.size(); ++c) {
-        ggml_tensor *table = ggml_view_2d(ctx, predictor.embd, width_, cp_vocab, predictor.embd->nb[1],
-                                          c * cp_vocab * predictor.embd->nb[1]);
-        next = ggml_add(ctx, next, ggml_get_rows(ctx, table, codes[c]));
-    }
+    for (int64_t c = 0; c < (int64_t)codes.size(); ++c)
+        next = ggml_add(ctx, next, codebook_embedding(ctx, predictor.embd, cp_vocab, c + 1, codes[c]));
     ggml_build_forward_expand(g->gf, ggml_cpy(ctx, ggml_add(ctx, next, g->text), input_));
 
     codes.insert(codes.begin(), code0);
