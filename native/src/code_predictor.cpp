@@ -80,12 +80,6 @@ ggml_tensor *codes_as_floats(ggml_context *ctx, const std::vector<ggml_tensor *>
     return out;
 }
 
-bool computes_all(ggml_backend_t backend, ggml_cgraph *gf) {
-    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i)
-        if (!ggml_backend_supports_op(backend, ggml_graph_node(gf, i))) return false;
-    return true;
-}
-
 PredictorFrameGraph::PredictorFrameGraph(const TalkerModel &model, KvCache &cache,
                                          ggml_backend_t backend, const SamplingParams &params)
     : backend_(backend), passes_(model, cache, backend, params) {
@@ -107,11 +101,8 @@ PredictorFrameGraph::PredictorFrameGraph(const TalkerModel &model, KvCache &cach
     }
     ggml_set_output(codes_);
     ggml_build_forward_expand(gf_, codes_);
-    if (!computes_all(backend_, gf_)) return;
-    allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_)));
-    if (!ggml_gallocr_alloc_graph(allocr_.get(), gf_))
-        throw std::runtime_error("out of memory allocating the code predictor's frame graph");
-    supported_ = true;
+    if (computes_all(backend_, gf_))
+        allocr_ = allocate_graph(backend_, gf_, "out of memory allocating the code predictor's frame graph");
 }
 
 void PredictorFrameGraph::predict(const float *rows, Frame &frame, Rng &rng, std::vector<float> *trace) {

@@ -54,9 +54,6 @@ inline constexpr int FRAME_GRAPH_SIZE = 8192;
 // concatenates f32.
 ggml_tensor *codes_as_floats(ggml_context *ctx, const std::vector<ggml_tensor *> &codes);
 
-// Whether `backend` computes every op of `gf`.
-bool computes_all(ggml_backend_t backend, ggml_cgraph *gf);
-
 // The code predictor's whole frame as one graph, for a predictor placed on a GPU
 // (PredictorPasses). A frame then costs one upload (the talker's hidden state and code 0's
 // embedding, and the frame's uniform draws), one computation and one download (its codes)
@@ -66,7 +63,7 @@ class PredictorFrameGraph {
     PredictorFrameGraph(const TalkerModel &model, KvCache &cache, ggml_backend_t backend,
                         const SamplingParams &params);
     // False when the backend lacks one of its ops (nothing was allocated then).
-    bool supported() const { return supported_; }
+    bool supported() const { return allocr_ != nullptr; }
     const SamplingParams &params() const { return passes_.params(); }
     // `rows` [2, talker hidden]: the talker's hidden state and code 0's embedding. Fills
     // frame[1..15]; `trace` as CodePredictor::predict.
@@ -78,10 +75,9 @@ class PredictorFrameGraph {
     std::vector<uint8_t> mem_;
     GgmlContextPtr ctx_;
     ggml_cgraph *gf_ = nullptr;
-    GallocrPtr allocr_;
+    GallocrPtr allocr_;  // null: unsupported
     ggml_tensor *rows_ = nullptr, *uniforms_ = nullptr, *codes_ = nullptr;
     std::vector<ggml_tensor *> logits_;
-    bool supported_ = false;
 };
 
 class CodePredictor {

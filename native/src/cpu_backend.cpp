@@ -144,9 +144,7 @@ ggml_backend_t new_cpu_backend() {
 OneShotGraph::OneShotGraph(ggml_cgraph *graph, int n_threads, const char *what)
     : graph_(graph), what_(what), backend_(new_cpu_backend()) {
     cpu_backend().set_n_threads(backend_.get(), n_threads);
-    allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
-    if (!ggml_gallocr_alloc_graph(allocr_.get(), graph_))
-        throw std::runtime_error(std::string("out of memory in the ") + what_);
+    allocr_ = allocate_graph(backend_.get(), graph_, std::string("out of memory in the ") + what_);
 }
 
 void OneShotGraph::compute() {

@@ -175,4 +175,10 @@ ggml_backend_t new_gpu_backend(const std::string &device_id) {
     return b;
 }
 
+bool computes_all(ggml_backend_t backend, ggml_cgraph *gf) {
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i)
+        if (!ggml_backend_supports_op(backend, ggml_graph_node(gf, i))) return false;
+    return true;
+}
+
 }  // namespace kazeia

@@ -17,4 +17,7 @@ ggml_backend_dev_t gpu_device(const std::string &device_id);
 // refuses.
 ggml_backend_t new_gpu_backend(const std::string &device_id);
 
+// Whether `backend` computes every op of `gf`.
+bool computes_all(ggml_backend_t backend, ggml_cgraph *gf);
+
 }  // namespace kazeia

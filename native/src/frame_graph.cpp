@@ -49,12 +49,7 @@ FrameGraph::FrameGraph(const TalkerModel &model, KvCache &talker_cache, KvCache 
     ggml_backend_tensor_set(one_, &one, 0, sizeof(one));
 
     std::unique_ptr<Graph> graph = build();
-    if (!computes_all(backend_, graph->gf)) return;
-    graph->allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_)));
-    if (!ggml_gallocr_alloc_graph(graph->allocr.get(), graph->gf))
-        throw std::runtime_error("out of memory allocating the frame graph");
-    graphs_.push_back(std::move(graph));
-    supported_ = true;
+    if (computes_all(backend_, graph->gf)) graphs_.push_back(allocate(std::move(graph)));
 }
 
 FrameGraph::~FrameGraph() = default;
@@ -111,6 +106,11 @@ std::unique_ptr<FrameGraph::Graph> FrameGraph::build() {
     return g;
 }
 
+std::unique_ptr<FrameGraph::Graph> FrameGraph::allocate(std::unique_ptr<Graph> graph) const {
+    graph->allocr = allocate_graph(backend_, graph->gf, "out of memory allocating the frame graph");
+    return graph;
+}
+
 void FrameGraph::start(const float *input, const std::vector<int32_t> &history) {
     ggml_backend_tensor_set(input_, input, 0, ggml_nbytes(input_));
     std::vector<float> seen(vocab_, 0.0f);
@@ -120,13 +120,7 @@ void FrameGraph::start(const float *input, const std::vector<int32_t> &history) 
 }
 
 Frame FrameGraph::compute(int64_t pos, const float *text, bool eos_allowed, Rng &rng) {
-    if (graphs_.back()->n_ctx != talker_cache_.n_ctx) {
-        std::unique_ptr<Graph> graph = build();
-        graph->allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_)));
-        if (!ggml_gallocr_alloc_graph(graph->allocr.get(), graph->gf))
-            throw std::runtime_error("out of memory allocating the frame graph");
-        graphs_.push_back(std::move(graph));
-    }
+    if (graphs_.back()->n_ctx != talker_cache_.n_ctx) graphs_.push_back(allocate(build()));
     const Graph &g = *graphs_.back();
     if (pos >= g.n_ctx) throw std::logic_error("frame graph: the talker cache does not hold the step");
     const int32_t position = (int32_t)pos, column = eos_allowed ? 1 : 0;

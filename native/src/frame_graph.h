@@ -28,7 +28,7 @@ class FrameGraph {
                float repetition_penalty);
     ~FrameGraph();
     // False when the backend lacks one of its ops (nothing was allocated then).
-    bool supported() const { return supported_; }
+    bool supported() const { return !graphs_.empty(); }
 
     // Hands over from the host: the input row [talker hidden] of the next talker step and the
     // codes 0 drawn so far.
@@ -41,6 +41,7 @@ class FrameGraph {
   private:
     struct Graph;
     std::unique_ptr<Graph> build();  // for the talker cache's slots in use now
+    std::unique_ptr<Graph> allocate(std::unique_ptr<Graph> graph) const;  // its memory
 
     const TalkerModel &m_;
     KvCache &talker_cache_;
@@ -57,10 +58,9 @@ class FrameGraph {
     BufferPtr buf_;
     ggml_tensor *biases_ = nullptr, *one_ = nullptr, *seen_ = nullptr, *input_ = nullptr;
     // The graph for the cache's slots in use now (last), and those it replaced: kept for the
-    // run (see TalkerRun::spent_).
+    // run (see TalkerRun::spent_). None: unsupported.
     std::vector<std::unique_ptr<Graph>> graphs_;
     std::vector<float> mask_, uniforms_, codes_;
-    bool supported_ = false;
 };
 
 }  // namespace kazeia

@@ -64,7 +64,7 @@ struct GenerationSession::State {
     std::unique_ptr<CodePredictor> predictor;
     // Whole frames on the GPU both stacks share, where it can (whole_frames()).
     std::unique_ptr<FrameGraph> frame_graph;
-    bool frame_graph_tried = false, frame_graph_started = false;
+    bool frame_graph_tried = false;
     int64_t frame_graph_computations = 0;
     std::vector<int32_t> history;       // sampled codes 0
     std::optional<Frame> pending_step;  // a frame whose talker step has not run yet
@@ -132,7 +132,8 @@ struct GenerationSession::State {
 
     // Whether the frames from now on are computed whole on the GPU both stacks share
     // (FrameGraph): unless teacher forcing or a trace needs the logits on the host. Built at
-    // the first frame after the prefill.
+    // the first frame after the prefill, and handed the pending frame's input row and the
+    // codes 0 so far.
     bool whole_frames() {
         if (frame_graph_tried) return frame_graph != nullptr;
         frame_graph_tried = true;
@@ -143,19 +144,18 @@ struct GenerationSession::State {
         auto graph = std::make_unique<FrameGraph>(m, talker->cache(), predictor->cache(),
                                                   backend_for(m.talker_at), sampling.talker,
                                                   sampling.predictor, sampling.repetition_penalty);
-        if (graph->supported()) frame_graph = std::move(graph);
+        if (graph->supported()) {
+            frame_graph = std::move(graph);
+            frame_graph->start(pending_step_input(), history);
+        }
         graph_setup_ms += ms_since(t0);
         return frame_graph != nullptr;
     }
 
-    // The next frame in one computation of the frame graph; the first hands it the pending
-    // frame's input row and the codes 0 so far.
+    // The next frame in one computation of the frame graph (the pending frame's input row is
+    // on the device already).
     Frame whole_frame() {
         const auto t0 = std::chrono::steady_clock::now();
-        if (!frame_graph_started) {
-            frame_graph->start(pending_step_input(), history);
-            frame_graph_started = true;
-        }
         pending_step.reset();
         const int64_t pos = talker->take_step();
         const Frame frame = frame_graph->compute(pos, prompt.step_text(n_frames),

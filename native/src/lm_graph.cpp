@@ -199,9 +199,7 @@ LmGraph::LmGraph(const LmStack &stack, KvCache &cache, int64_t n_tokens, int64_t
     ggml_build_forward_expand(gf_, out_hidden_);
     ggml_build_forward_expand(gf_, out_logits_);
 
-    allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
-    if (!ggml_gallocr_alloc_graph(allocr_.get(), gf_))
-        throw std::runtime_error("out of memory allocating a talker graph");
+    allocr_ = allocate_graph(backend, gf_, "out of memory allocating a talker graph");
     logits_.resize(ggml_nelements(out_logits_));
     hidden_.resize(ggml_nelements(out_hidden_));
     mask_data_.resize(n_ctx_ * n);

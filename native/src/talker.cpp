@@ -138,9 +138,7 @@ std::vector<float> TalkerModel::text_projection(const std::vector<int32_t> &ids,
     x = ggml_add(ctx.get(), pool_mul_mat(ctx.get(), text_fc2_w, x, pool), text_fc2_b);
     ggml_set_output(x);
     ggml_build_forward_expand(gf, x);
-    GallocrPtr allocr(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
-    if (!ggml_gallocr_alloc_graph(allocr.get(), gf))
-        throw std::runtime_error("out of memory in the text projection");
+    GallocrPtr allocr = allocate_graph(backend, gf, "out of memory in the text projection");
     ggml_backend_tensor_set(in, ids.data(), 0, n * sizeof(int32_t));
     if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS)
         throw std::runtime_error("text projection failed");
@@ -158,9 +156,12 @@ TalkerRun::TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, 
     // block.
     cache_ = std::make_unique<KvCache>(tk, prompt.rows() + std::min(steps, kv_block) + 1, backend,
                                        prompt.rows() + steps + 1);
-    prefill_graph_ = std::make_unique<LmGraph>(m.talker_at.stack, *cache_, prompt.rows() - prompt.voice_rows,
-                                               tk.hidden_size, nullptr, nullptr, m.talker_at.head, nullptr,
-                                               backend, pool_);
+    prefill_graph_ = graph(prompt.rows() - prompt.voice_rows);
+}
+
+std::unique_ptr<LmGraph> TalkerRun::graph(int64_t rows) const {
+    return std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, rows, m_.hp.talker.hidden_size,
+                                     nullptr, nullptr, m_.talker_at.head, nullptr, backend_, pool_);
 }
 
 void TalkerRun::prefill(const Prompt &prompt) {
@@ -178,9 +179,7 @@ int64_t TalkerRun::take_step() {
 
 void TalkerRun::step(const float *embed) {
     const int64_t pos = take_step();
-    if (!step_graph_)
-        step_graph_ = std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, 1, m_.hp.talker.hidden_size,
-                                                nullptr, nullptr, m_.talker_at.head, nullptr, backend_, pool_);
+    if (!step_graph_) step_graph_ = graph(1);
     step_graph_->eval(embed, pos);
     ++computations_;
     last_ = step_graph_.get();
@@ -199,8 +198,7 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
         }
         return;
     }
-    auto voice = std::make_unique<LmGraph>(m_.talker_at.stack, *cache_, rows, tk.hidden_size, nullptr,
-                                           nullptr, m_.talker_at.head, nullptr, backend_, pool_);
+    std::unique_ptr<LmGraph> voice = graph(rows);
     voice->eval(prompt.prefill.data(), 0);
     ++computations_;
     spent_.push_back(std::move(voice));

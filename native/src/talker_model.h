@@ -113,6 +113,7 @@ class TalkerRun {
 
   private:
     void load_or_compute_voice(const Prompt &prompt);
+    std::unique_ptr<LmGraph> graph(int64_t rows) const;  // of `rows` input rows, over the cache
     void grow(int64_t slots);  // more cache slots in use (in place); the step graph is spent
 
     const TalkerModel &m_;
