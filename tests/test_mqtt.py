@@ -276,10 +276,10 @@ def test_a_voice_added_to_the_library_becomes_a_voice_option(
             assert "mom" not in options(live)
             assert state(live, "default_voice") in (None, "grandma")
             library.add_clone("mom", clip)
-            assert service.refresh_voices()  # what the server's watch does every few seconds
+            assert await service.refresh_voices()  # what the server's watch does every few seconds
             await until(lambda: "mom" in options(live))
             library.remove("grandma")
-            service.refresh_voices()
+            await service.refresh_voices()
             await until(lambda: "grandma" not in options(live))
             await until(lambda: state(live, "default_voice") == "mom")
 

@@ -6,7 +6,9 @@
 Every option has an environment variable (shown in --help); a flag wins over its variable.
 The socket is bound first: while a first start downloads, converts and loads the model,
 `describe` is answered (the program is not installed yet, its description says how far the
-loading is) and a synthesis is refused with `model-loading`.
+loading is) and a synthesis is refused with `model-loading`. SIGTERM, SIGHUP and Ctrl-C stop the
+server: what runs is cancelled, and the process ends within STOP_S seconds whatever the engine
+is doing.
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ import os
 import platform
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +35,7 @@ from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summari
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import KERNEL_ISA, describe_placement, ggml_cpu_features, ggml_cpu_variant
 from .server import serve
-from .service import ModelVoices, TtsService, VoiceModel
+from .service import LibraryLook, ModelVoices, TtsService, VoiceModel, in_daemon_thread
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
 from .voices import DEFAULT_SPEAKER, Choice, VoiceCatalog
 from .voices.library import StoredVoice, VoiceLibrary
@@ -45,6 +46,9 @@ _LOGGER = logging.getLogger("wyoming_kazeia")
 WARMUP_TEXT = "Hello."
 WARMUP_FRAMES = 8
 VOICE_WATCH_S = 5.0  # how often the library is looked at for added or removed voices
+# How long a stop waits for the engine (a synthesis stops within a frame; loading a voice model
+# or computing a voice prompt does not stop): past it the process ends without waiting.
+STOP_S = 1.5
 
 T = TypeVar("T")
 
@@ -218,24 +222,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_unsent_bytes=int(args.max_unsent_mb * (1 << 20)),
         library=VoiceLibrary(args.data_dir),
     )
+    code = 0
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(_run(service, args, settings, mqtt))
-    return 0
+        code = asyncio.run(_run(service, args, settings, mqtt))
+    if not service.shutdown(STOP_S):
+        # The engine thread is in work that cannot be interrupted (a model read from a stuck
+        # disk, a voice prompt): ending the interpreter around it could crash in native code.
+        _LOGGER.warning("exiting without waiting for the engine")
+        logging.shutdown()
+        os._exit(code)
+    return code
 
 
 async def _run(
     service: TtsService, args: argparse.Namespace, settings: EngineSettings, mqtt: MqttConfig | None
 ) -> int:
-    # SIGTERM (docker stop) ends the server like Ctrl-C: running syntheses are cancelled.
+    # SIGTERM (docker stop) and SIGHUP (a closed terminal) end the server like Ctrl-C: running
+    # syntheses are cancelled.
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
 
-    def on_sigterm() -> None:
-        _LOGGER.info("SIGTERM: stopping")
+    def on_signal(number: signal.Signals) -> None:
+        _LOGGER.info("%s: stopping", number.name)
+        service.stop()  # the engine stops what it does now, not after the tasks below end
         if task is not None:
             task.cancel()
 
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(number, on_signal, number)
     stdio = urlparse(args.uri).scheme == "stdio"
     server: asyncio.Task[None] | None = None
     bridge: asyncio.Task[None] | None = None
@@ -279,7 +293,6 @@ async def _run(
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-        service.shutdown()
     return 0
 
 
@@ -288,7 +301,7 @@ async def _watch_voices(service: TtsService) -> None:
     MQTT voice select) within a few seconds, with no request needed."""
     while True:
         await asyncio.sleep(VOICE_WATCH_S)
-        service.refresh_voices()
+        await service.refresh_voices()
 
 
 async def _first(awaitable: Any, task: asyncio.Task[None]) -> None:
@@ -299,44 +312,17 @@ async def _first(awaitable: Any, task: asyncio.Task[None]) -> None:
     waiter.cancel()
 
 
-async def _in_thread(fn: Callable[[], T]) -> T:
-    """Runs blocking model work in a daemon thread: a SIGTERM during a first-start download
-    or conversion ends the process at once instead of waiting for it."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def work() -> None:
-        try:
-            result = fn()
-        except BaseException as err:  # noqa: BLE001 - delivered to the awaiting task
-            loop.call_soon_threadsafe(_settle, future, None, err)
-        else:
-            loop.call_soon_threadsafe(_settle, future, result, None)
-
-    threading.Thread(target=work, name="kazeia-load", daemon=True).start()
-    return await future
-
-
-def _settle(future: asyncio.Future[Any], result: Any, err: BaseException | None) -> None:
-    if future.done():
-        return
-    if err is not None:
-        future.set_exception(err)
-    else:
-        future.set_result(result)
-
-
 async def _load(service: TtsService, args: argparse.Namespace, settings: EngineSettings) -> None:
     """Model resolution (download, conversion), loading and the warm-up, reported to the
     service as they go; the service is ready at the end."""
     start = time.monotonic()
     service.set_loading(f"resolving {args.model}")
-    model_dir = await _in_thread(
+    model_dir = await in_daemon_thread(
         lambda: resolve_model(args.model, settings.quant, args.data_dir, service.set_loading)
     )
     if args.voice_model:
         service.set_loading(f"resolving {args.voice_model}")
-        voice_dir = await _in_thread(
+        voice_dir = await in_daemon_thread(
             lambda: resolve_model(
                 args.voice_model, settings.quant, args.data_dir, service.set_loading
             )
@@ -346,7 +332,7 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
         )
     service.set_loading(f"loading {model_dir}")
     _LOGGER.info("loading %s", model_dir)
-    engine = await _in_thread(lambda: Engine(model_dir, settings))
+    engine = await in_daemon_thread(lambda: Engine(model_dir, settings))
     summary = summarize(
         model_dir,
         int(engine.generator.hparams["kazeia.talker.hidden_size"]),
@@ -355,7 +341,7 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
     # The library voices this model speaks: their prompts computed where missing (once: they
     # are stored), so that no request computes one.
     service.set_loading(f"preparing the voices of {model_dir}")
-    spoken, prompts = await _in_thread(lambda: _prepare_voices(engine, args.data_dir))
+    spoken, prompts, library = await in_daemon_thread(lambda: _prepare_voices(engine, service))
     warm = None
     if not args.no_warmup:
         try:
@@ -377,7 +363,7 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
             seed=0,
         )
         try:
-            await _in_thread(lambda: sum(1 for _ in warm_up))
+            await in_daemon_thread(lambda: sum(1 for _ in warm_up))
             _LOGGER.info(
                 "warm-up synthesis: %.2f s (the first request is not the cold one)",
                 time.monotonic() - warm_start,
@@ -388,19 +374,22 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
             # A SIGTERM during the warm-up: its threads end (within a frame) before the process
             # does, so that no native work runs while the interpreter shuts down.
             warm_up.close()
-    service.attach(engine, args.voice, summary.name)
+    service.attach(engine, args.voice, summary.name, library)
     _banner(service, summary.origin, model_dir, time.monotonic() - start)
 
 
 def _prepare_voices(
-    engine: Engine, data_dir: Path
-) -> tuple[list[StoredVoice], dict[str, VoicePrompt]]:
+    engine: Engine, service: TtsService
+) -> tuple[list[StoredVoice], dict[str, VoicePrompt], LibraryLook | None]:
     """The library voices the model speaks, and their prompts (computed now where missing,
-    what their syntheses share readied; a voice that fails is reported and left out)."""
-    library = VoiceLibrary(data_dir)
+    what their syntheses share readied; a voice that fails is reported and left out), and
+    the look at the library they come from."""
+    look = service.look_at_library(None)
+    if service.library is None or look is None:
+        return [], {}, look
     model = ModelVoices.of_engine(engine)
-    spoken = [v for v in library.scan()[0] if model.speaks(v)]
-    return spoken, library.prepare(spoken, engine)
+    spoken = [v for v in look.found if model.speaks(v)]
+    return spoken, service.library.prepare(spoken, engine), look
 
 
 def _warm_up_voice(

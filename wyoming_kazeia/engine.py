@@ -15,8 +15,9 @@ the reference part.
 Two threads per synthesis: a generator thread (talker + code predictor) hands each frame's 16
 codes to a decoder thread, which decodes the first frame alone and then every `stream_chunk`
 frames with the exact stateful streaming decoder; the consumer's iterator takes finished
-chunks from a queue. Closing the iterator (or dropping it) stops generation within one frame
-and joins both threads.
+chunks from a queue. Closing the iterator (`close`, or leaving its `with` block) stops
+generation within one frame and joins both threads; `cancel` only asks them to stop (from any
+thread). No finalizer does either: a Synthesis dropped unclosed runs to its end.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 
 from .convert import TOKENIZER_FILES
 from .decoder_process import DecoderProcess
-from .errors import EngineError, InputError, ModelNotFoundError, SettingsError
+from .errors import EngineError, InputError, ModelNotFoundError, SettingsError, quoted
 from .native import (
     Generator,
     SpeakerEncoder,
@@ -66,6 +67,13 @@ SUBPROCESS_BASE_S = 30.0
 SUBPROCESS_PER_FRAME_S = 0.5
 # In-context voices whose decoder state (after their reference codes) is kept in memory.
 PRIMED_VOICES = 8
+# Bounds of the waits between a synthesis's threads: each wait looks at the cancel flag at
+# least every POLL_S, and a cancelled synthesis's threads (which stop within a frame) are
+# waited for at most JOIN_S before the failure is logged.
+POLL_S = 0.1
+JOIN_S = 30.0
+# At interpreter exit, running syntheses are cancelled and waited for this long at most.
+EXIT_JOIN_S = 1.0
 
 
 def follows_instructions(kind: str, size: str) -> bool:
@@ -135,13 +143,15 @@ _LIVE: weakref.WeakSet[_Pipeline] = weakref.WeakSet()
 
 @atexit.register
 def _stop_live_pipelines() -> None:
-    for pipeline in list(_LIVE):
-        pipeline.close()
+    pipelines = list(_LIVE)
+    for pipeline in pipelines:
+        pipeline.cancel()
+    for pipeline in pipelines:
+        pipeline.close(EXIT_JOIN_S)
 
 
 class _Pipeline:
-    """The state the two threads share. It never refers to its Synthesis, so a Synthesis that
-    its consumer drops is collected, and its finalizer cancels the pipeline."""
+    """The state the two threads share."""
 
     def __init__(
         self,
@@ -209,8 +219,9 @@ class _Pipeline:
                 self._frames.put(frame)
                 # First audio first: while the first chunk is decoded, generating the next
                 # frames would take half the cores from it (2 cores, both stages parallel).
-                if streaming:
-                    self._first_chunk.wait()
+                # (The decoder thread sets it whatever happens, cancel too.)
+                while streaming and not self._first_chunk.wait(POLL_S):
+                    pass
         except Exception as err:  # noqa: BLE001 - forwarded to the consumer
             self._frames.put(err)
         finally:
@@ -252,7 +263,12 @@ class _Pipeline:
             else:
                 stream = self._primed_stream()
             while True:
-                item = self._frames.get()
+                try:
+                    item = self._frames.get(timeout=POLL_S)
+                except queue.Empty:
+                    if self._cancel.is_set():
+                        break
+                    continue
                 if isinstance(item, Exception):
                     raise item
                 if item is _DONE or self._cancel.is_set():
@@ -307,9 +323,14 @@ class _Pipeline:
     # -- consumer side ----------------------------------------------------------------------
 
     def next_chunk(self) -> np.ndarray:
-        if self._cancel.is_set():  # closed: chunks still queued are dropped
-            raise StopIteration
-        item = self._chunks.get()
+        while True:
+            if self._cancel.is_set():  # cancelled: chunks still queued are dropped
+                raise StopIteration
+            try:
+                item = self._chunks.get(timeout=POLL_S)
+                break
+            except queue.Empty:
+                continue
         if item is _DONE:
             self._finish()
             raise StopIteration
@@ -321,12 +342,15 @@ class _Pipeline:
         self.metrics.audio_s += len(item) / self._engine.sample_rate
         return item
 
-    def _finish(self) -> None:
+    def _finish(self, timeout: float = JOIN_S) -> None:
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join()
+            t.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self._threads):
+            _LOGGER.error("a synthesis did not stop within %.0f s of its end", timeout)
         m = self.metrics
         m.total_s = time.monotonic() - self._start
         m.rtf = m.total_s / m.audio_s if m.audio_s else 0.0
@@ -354,17 +378,18 @@ class _Pipeline:
         self._first_chunk.set()
         self._frames.put(_DONE)  # wakes the decoder thread
 
-    def close(self) -> None:
-        """Cancels, joins the threads and logs the cancelled synthesis (unless it had ended)."""
+    def close(self, timeout: float = JOIN_S) -> None:
+        """Cancels, joins the threads (waiting at most `timeout`) and logs the cancelled
+        synthesis (unless it had ended)."""
         if self._closed:
             return
         self.cancel()
-        self._finish()
+        self._finish(timeout)
 
 
 class Synthesis:
-    """Iterator of int16 PCM chunks; `metrics` is complete once it is exhausted. Closing it, or
-    dropping the last reference to it, stops the synthesis within one frame."""
+    """Iterator of int16 PCM chunks; `metrics` is complete once it is exhausted. Closing it (or
+    leaving its `with` block) stops the synthesis within one frame and waits for its threads."""
 
     def __init__(self, pipeline: _Pipeline) -> None:
         self._pipeline = pipeline
@@ -393,10 +418,11 @@ class Synthesis:
         """Cancels the synthesis and waits until its threads have ended."""
         self._pipeline.close()
 
-    def __del__(self) -> None:
-        pipeline = getattr(self, "_pipeline", None)
-        if pipeline is not None and not pipeline._closed:
-            pipeline.cancel()
+    def __enter__(self) -> Synthesis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def resolve_placements(settings: EngineSettings) -> dict[str, str]:
@@ -691,11 +717,12 @@ class Engine:
                     "or described voice"
                 )
             raise InputError(
-                f"unknown speaker {speaker!r}; valid speakers: {', '.join(self.speakers)}"
+                f"unknown speaker {quoted(speaker)}; valid speakers: {', '.join(self.speakers)}"
             )
         if lowered != "auto" and lowered not in self.languages:
             raise InputError(
-                f"unknown language {language!r}; valid languages: auto, {', '.join(self.languages)}"
+                f"unknown language {quoted(language)}; valid languages: auto, "
+                + ", ".join(self.languages)
             )
         ids = self.tokenizer.prompt_ids(text) if text.strip() else None
         return Synthesis(

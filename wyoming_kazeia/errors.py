@@ -76,3 +76,18 @@ class NotReadyError(KazeiaError, RuntimeError):
 
 class ProtocolError(KazeiaError, ValueError):
     """Malformed input: answered with an `error`, then the connection is closed."""
+
+
+# What an error text or a log line quotes of a client's input at most: a request's size must
+# never decide a log line's.
+QUOTE_CHARS = 200
+
+
+def quoted(value: object, limit: int = QUOTE_CHARS) -> str:
+    """`value` as an error text quotes it (its repr), cut to `limit` characters with its
+    length said when longer."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    length = f", {len(value)} characters" if isinstance(value, str | bytes) else ""
+    return f"{text[:limit]}... (cut{length})"

@@ -12,6 +12,8 @@ in order, to the connection's speaking task, which streams the audio as the engi
                                   complete: audio-start, audio-chunk*, audio-stop per sentence
     synthesize (inside a stream)  ignored: it repeats the streamed text
     synthesize-stop               the rest of the text, then synthesize-stopped
+    synthesize-start (inside one) ends the open stream as synthesize-stop would (its text is
+                                  spoken), then opens the new one
 
 A one-shot `synthesize` that fails (unknown voice or speaker, server busy, model still loading,
 a synthesis that fails before or during its audio) gets an `error` and then the connection is
@@ -21,7 +23,10 @@ request failed (partial audio is discarded rather than played as if complete). I
 `synthesize-start/stop` stream an error is answered and the stream goes on to
 `synthesize-stopped`. Malformed input (a header that is not a JSON object, oversized header,
 data or payload, an event missing its fields) gets an `error` (`bad-request`) and that
-connection is closed. A client that disconnects cancels its synthesis.
+connection is closed, and so does text that is not valid Unicode (a lone surrogate). A client
+that disconnects cancels its whole answer: the sentence being spoken stops within a frame and
+the queued ones are dropped. Errors and log lines quote at most QUOTE_CHARS of what a client
+sent; texts of many sentences are split and queued without holding up the event loop.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +63,9 @@ from .errors import (
     ServiceBusyError,
     SlowClientError,
     VoiceError,
+    quoted,
 )
-from .service import Answer, TtsService
+from .service import Answer, AudioStream, TtsService
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -78,6 +84,12 @@ PROBE_S = 0.05
 # (ASCII or CJK) before the limit: the model is trained on sentences, and its prompt and KV
 # cache stay small.
 MAX_SENTENCE_CHARS = 400
+# Text work on the event loop is bounded: a text longer than this is split into sentences in a
+# worker thread.
+INLINE_TEXT_CHARS = 4096
+# An `error` event's text at most (it quotes at most QUOTE_CHARS of the request; the rest is
+# ours, e.g. the list of valid voices).
+MAX_ERROR_CHARS = 4096
 
 
 async def read_event(reader: asyncio.StreamReader) -> Event | None:
@@ -119,7 +131,7 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
 def _length(header: dict[str, Any], key: str, limit: int) -> int:
     value = header.get(key) or 0
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ProtocolError(f"malformed event header: bad {key} {value!r}")
+        raise ProtocolError(f"malformed event header: bad {key} {quoted(value)}")
     if value > limit:
         raise ProtocolError(f"event {key} {value} exceeds the limit of {limit} bytes")
     return value
@@ -195,7 +207,7 @@ class Connections:
 class KazeiaEventHandler(AsyncEventHandler):
     def __init__(
         self,
-        info: Callable[[], Info],
+        info: Callable[[], Awaitable[Info]],
         service: TtsService,
         samples_per_chunk: int,
         reader: asyncio.StreamReader,
@@ -320,13 +332,17 @@ class KazeiaEventHandler(AsyncEventHandler):
 
     async def _handle(self, event: Event) -> bool:
         if Describe.is_type(event.type):
-            await self.write_event(self.info().event())
+            await self.write_event((await self.info()).event())
         elif Ping.is_type(event.type):
             await self.write_event(Pong(text=Ping.from_event(event).text).event())
         elif SynthesizeStart.is_type(event.type):
             start = _parse(SynthesizeStart, event)
-            if self._stream_answer is not None:  # a new stream replaces an unfinished one
-                self._queue(_StreamEnd(self._stream_answer))
+            if self._stream is not None:  # the open stream ends first, its text spoken
+                _LOGGER.warning(
+                    "synthesize-start from %s inside an open stream: the open one ends first",
+                    self.peer,
+                )
+                await self._end_stream()
             self._stream, self._stream_voice = StreamSentences(), start.voice
             # Check the voice and take the stream's place now: one error for the stream, not
             # one per sentence.
@@ -336,7 +352,7 @@ class KazeiaEventHandler(AsyncEventHandler):
             chunk = _parse(SynthesizeChunk, event)
             if self._stream is None:
                 raise ProtocolError("synthesize-chunk outside a synthesize-start/stop stream")
-            for sentence in self._stream.add(chunk.text):
+            for sentence in await _off_loop(self._stream.add, chunk.text):
                 self._speak(sentence, self._stream_voice)
         elif Synthesize.is_type(event.type):
             request = _parse(Synthesize, event)
@@ -346,27 +362,33 @@ class KazeiaEventHandler(AsyncEventHandler):
                 # Its place in the queue is taken now, whatever this connection has queued
                 # before it; a refusal is said in turn with the earlier requests.
                 try:
-                    answer, refusal = self.service.admit(), None
+                    answer, refusal = self.service.admit(self.peer), None
                 except (ServiceBusyError, NotReadyError) as err:
                     answer, refusal = None, err
                 self._queue(_Utterance(request.text, request.voice, answer, True, refusal))
         elif SynthesizeStop.is_type(event.type):
             if self._stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
-            for sentence in self._stream.finish():
-                self._speak(sentence, self._stream_voice)
-            self._stream = None
-            self._queue(_StreamEnd(self._stream_answer))
-            self._stream_answer = None
+            await self._end_stream()
         else:
-            _LOGGER.debug("ignoring event %s", event.type)
+            _LOGGER.debug("ignoring event %s", quoted(event.type))
         return True
+
+    async def _end_stream(self) -> None:
+        """The open stream's last text is spoken, then it ends (synthesize-stopped)."""
+        assert self._stream is not None
+        for sentence in self._stream.finish():  # at most MAX_SENTENCE_CHARS held
+            self._speak(sentence, self._stream_voice)
+        self._stream = None
+        self._queue(_StreamEnd(self._stream_answer))
+        self._stream_answer = None
 
     async def _admit_stream(self, voice: SynthesizeVoice | None) -> Answer | None:
         """The stream's place in the queue, or None (and an `error`) when it is refused."""
         try:
+            await self.service.refresh_voices()
             self.service.resolve_voice(*_voice_parts(voice))
-            return self.service.admit()
+            return self.service.admit(self.peer)
         except (VoiceError, NotReadyError, ServiceBusyError) as err:
             await self._refuse(err, "stream")
             return None
@@ -410,31 +432,25 @@ class KazeiaEventHandler(AsyncEventHandler):
         pending = b""
         mode = "one-shot" if utterance.one_shot else "stream"
         name, speaker, language = _voice_parts(utterance.voice)
-        _LOGGER.debug("%s text from %s: %r", mode, self.peer, utterance.text)
+        _LOGGER.debug("%s text from %s: %s", mode, self.peer, quoted(utterance.text))
+        audio: AudioStream | None = None
         try:
             if utterance.refusal is not None:
                 raise utterance.refusal
+            await self.service.refresh_voices()
             chosen = self.service.resolve_voice(name, speaker, language)
-            # Every sentence is queued at once: they follow each other on the engine with no
-            # other request in between (the service speaks an answer's sentences together).
-            audios = [
-                self.service.synthesize(sentence, name, speaker, language, answer=utterance.answer)
-                for sentence in split_sentences(utterance.text) or [""]
-            ]
-            for i, audio in enumerate(audios):
-                async with contextlib.aclosing(audio):
-                    if i == 0:
-                        await self.write_event(
-                            AudioStart(self.service.sample_rate, WIDTH, CHANNELS).event()
-                        )
-                        started = self._audio_open = True
-                    async for pcm in audio:
-                        pending += pcm
-                        # Whole events of samples_per_chunk; the rest waits for more audio.
-                        cut = len(pending) - len(pending) % self.bytes_per_chunk
-                        for at in range(0, cut, self.bytes_per_chunk):
-                            await self._audio_chunk(pending[at : at + self.bytes_per_chunk])
-                        pending = pending[cut:]
+            # The sentences follow each other on the engine with no other request in between.
+            sentences = await _off_loop(split_sentences, utterance.text)
+            audio = self.service.queue(sentences, chosen, utterance.answer)
+            await self.write_event(AudioStart(self.service.sample_rate, WIDTH, CHANNELS).event())
+            started = self._audio_open = True
+            async for pcm in audio:
+                pending += pcm
+                # Whole events of samples_per_chunk; the rest waits for more audio.
+                cut = len(pending) - len(pending) % self.bytes_per_chunk
+                for at in range(0, cut, self.bytes_per_chunk):
+                    await self._audio_chunk(pending[at : at + self.bytes_per_chunk])
+                pending = pending[cut:]
             if pending:
                 await self._audio_chunk(pending)
             self._audio_open = False
@@ -459,6 +475,9 @@ class KazeiaEventHandler(AsyncEventHandler):
             if started:
                 await self.write_event(AudioStop().event())
             return False
+        finally:
+            if audio is not None:  # what a failure or a gone client left unspoken
+                audio.cancel()
         _LOGGER.info(
             "%s request from %s: voice %s (%s), language %s, %d characters: spoken",
             mode,
@@ -482,6 +501,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         await self.write_event(AudioChunk(self.service.sample_rate, WIDTH, CHANNELS, data).event())
 
     async def _error(self, text: str, code: str) -> None:
+        if len(text) > MAX_ERROR_CHARS:
+            text = text[:MAX_ERROR_CHARS] + "..."
         with contextlib.suppress(ConnectionError):
             await self.write_event(Error(text=text, code=code).event())
 
@@ -532,6 +553,14 @@ def split_sentences(text: str) -> list[str]:
     return pieces
 
 
+async def _off_loop(fn: Callable[[str], list[str]], text: str) -> list[str]:
+    """fn(text), in a worker thread when the text is long: splitting a megabyte into sentences
+    takes longer than `describe` may wait."""
+    if len(text) <= INLINE_TEXT_CHARS:
+        return fn(text)
+    return await asyncio.to_thread(fn, text)
+
+
 def _voice_parts(voice: SynthesizeVoice | None) -> tuple[str | None, str | None, str | None]:
     if voice is None:
         return None, None, None
@@ -543,8 +572,10 @@ def _check_fields(event: Event) -> None:
     whatever they are given, and a number or a list where a string belongs would fail later,
     in the engine, or be taken silently."""
     data = event.data
-    if event.type in ("synthesize", "synthesize-chunk") and not isinstance(data.get("text"), str):
-        raise ProtocolError(f"malformed {event.type} event: 'text' must be a string")
+    if event.type in ("synthesize", "synthesize-chunk"):
+        if not isinstance(data.get("text"), str):
+            raise ProtocolError(f"malformed {event.type} event: 'text' must be a string")
+        _check_unicode(event.type, "'text'", data["text"])
     voice = data.get("voice")
     if voice is None:
         return
@@ -553,6 +584,20 @@ def _check_fields(event: Event) -> None:
     for key in ("name", "speaker", "language"):
         if voice.get(key) is not None and not isinstance(voice[key], str):
             raise ProtocolError(f"malformed {event.type} event: voice '{key}' must be a string")
+        if voice.get(key) is not None:
+            _check_unicode(event.type, f"voice '{key}'", voice[key])
+
+
+def _check_unicode(event_type: str, field: str, text: str) -> None:
+    """ProtocolError for text that is not valid Unicode: JSON's \\uD800 escapes decode to lone
+    surrogates, which no encoder or tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ProtocolError(
+            f"malformed {event_type} event: {field} is not valid Unicode (a lone surrogate at "
+            f"character {err.start})"
+        ) from None
 
 
 def _parse(kind: Any, event: Event) -> Any:
@@ -560,4 +605,4 @@ def _parse(kind: Any, event: Event) -> Any:
     try:
         return kind.from_event(event)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ProtocolError(f"malformed {event.type} event: {err!r}") from None
+        raise ProtocolError(f"malformed {event.type} event: {quoted(err)}") from None

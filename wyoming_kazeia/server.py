@@ -201,8 +201,8 @@ class _InfoCache:
         self._revision = -1
         self._info: Info | None = None
 
-    def __call__(self) -> Info:
-        self._service.refresh_voices()  # voices added to the library meanwhile
+    async def __call__(self) -> Info:
+        await self._service.refresh_voices()  # voices added to the library meanwhile
         if self._info is None or self._revision != self._service.revision:
             self._revision = self._service.revision
             self._info = build_info(self._service)

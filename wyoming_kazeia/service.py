@@ -12,15 +12,19 @@ already wait behind the running one, whatever connection they came on, a new one
 once with `ServiceBusyError` (the client gets an `error`, never a hang). Sentences wait in a FIFO
 queue, except that once an answer has started, its later sentences go before every answer that
 has not: an answer is never split by other clients' requests, and its sentences are never
-refused. Leaving the async iterator early (a client that disconnects) cancels that synthesis
-within one frame; the engine thread waits until its threads have ended before it starts the next
-one, so nothing keeps running for a gone client. Audio a client does not read is bounded
+refused. Cancellation is explicit, never left to a finalizer: closing an audio stream
+(`aclose`, `cancel`) cancels its sentence, closing an `Answer` (its client left, or it ended)
+cancels every sentence it still has queued or running; a running one stops within one frame,
+and the engine thread waits until its threads have ended before it starts the next one, so
+nothing keeps running for a gone client. Audio a client does not read is bounded
 (`max_unsent_bytes` per request): past it the synthesis is cancelled with `SlowClientError`.
 
 The voices are the model's built-in speakers and the voices of the library (`library`) that the
 model speaks; voices added to or removed from the library while the service runs appear and
-disappear at the next `refresh_voices` (the server calls it on `describe` and every few
-seconds). A library voice's prompt is read from its file (computed and stored on its first use
+disappear at the next `refresh_voices` (the server calls it on `describe`, before each request
+and every few seconds). The library is read in a worker thread, never on the event loop, and a
+look that takes longer than LIBRARY_DEADLINE_S (a stuck disk) leaves the voices as they were.
+A library voice's prompt is read from its file (computed and stored on its first use
 by this model), and kept in memory.
 
 Settings and the default voice can change while the service runs (the MQTT bridge does it);
@@ -36,6 +40,7 @@ refused with `NotReadyError`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -43,7 +48,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .engine import (
     Engine,
@@ -60,11 +65,14 @@ from .errors import (
     SlowClientError,
     VoiceError,
 )
+from .files import read_text
 from .settings import EngineSettings
 from .voices import Choice, VoiceCatalog
 from .voices.library import StoredVoice, VoiceLibrary
 
 _LOGGER = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -77,13 +85,21 @@ class ServiceStatus:
 
 _END = object()
 
+# How long a request or `describe` waits for a look at the voice library (a worker thread reads
+# it) before going on with the voices known so far.
+LIBRARY_DEADLINE_S = 2.0
+# Bounds of the engine thread's waits: it looks at the stop flag at least this often.
+POLL_S = 0.5
+
 
 class Answer:
     """A request's place in the queue, from its arrival to its end: one one-shot text or one
-    stream, however many sentences. Close it when the request ends (or its client leaves)."""
+    stream, however many sentences. Close it when the request ends or its client leaves: what
+    it still has queued is dropped and its running sentence is cancelled."""
 
-    def __init__(self, service: TtsService) -> None:
+    def __init__(self, service: TtsService, peer: str = "") -> None:
         self._service = service
+        self.peer = peer  # who asked, for the log
         self.started = False  # the engine has begun one of its sentences
         self.closed = False
         # Audio of its sentences produced and not yet taken by the client, bounded by the
@@ -98,8 +114,8 @@ class Answer:
 
 
 class _Job:
-    """One synthesis (a sentence); the engine thread runs it, the event loop consumes its
-    audio."""
+    """The sentences of one text, spoken one after the other into one audio stream; the engine
+    thread runs them, the event loop consumes their audio."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, answer: Answer, max_unsent: int) -> None:
         self.loop = loop
@@ -111,8 +127,10 @@ class _Job:
         self.max_unsent = max_unsent
 
     def call(self, fn: Callable[..., None], *args: Any) -> None:
-        """Runs fn on the event loop (the audio queue and the service's status live there)."""
-        self.loop.call_soon_threadsafe(fn, *args)
+        """Runs fn on the event loop (the audio queue and the service's status live there);
+        nothing once the loop is closed (no one is left to listen)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(fn, *args)
 
     def put(self, item: Any) -> None:
         self.call(self.audio.put_nowait, item)
@@ -138,28 +156,38 @@ class _Job:
         with self.answer.lock:
             self.answer.unsent -= n
 
+    def attach(self, synthesis: Synthesis) -> None:
+        """Engine thread: the synthesis the job runs (cancelled at once if the job was)."""
+        with self.lock:
+            self.synthesis = synthesis
+        if self.cancelled.is_set():
+            synthesis.cancel()
+
     def cancel(self) -> None:
+        """Any thread: the synthesis stops within one frame (or never starts)."""
         self.cancelled.set()
         with self.lock:
-            if self.synthesis is not None:
-                self.synthesis.cancel()
+            synthesis = self.synthesis
+        if synthesis is not None:  # outside the lock: the lock guards only the reference
+            synthesis.cancel()
 
 
 @dataclass
 class _Queued:
-    """A sentence waiting for the engine."""
+    """A text's sentences waiting for the engine."""
 
     job: _Job
-    text: str
+    sentences: list[str]
     choice: Choice
     answer: Answer
     own: bool  # the answer was made for this sentence alone (closed when it ends)
 
 
 class AudioStream:
-    """int16 PCM bytes of one synthesis, as the engine yields them. Closing it early (or
-    dropping it) cancels the synthesis: the engine thread stops it within one frame and joins
-    its threads before it takes the next request."""
+    """int16 PCM bytes of one synthesis, as the engine yields them. Closing it early cancels
+    the synthesis: the engine thread stops it within one frame and joins its threads before it
+    takes the next request. A stream that is dropped unclosed runs to its end (its answer's
+    close cancels it)."""
 
     def __init__(self, job: _Job) -> None:
         self._job = job
@@ -181,7 +209,7 @@ class AudioStream:
     async def aclose(self) -> None:
         self._job.cancel()
 
-    def __del__(self) -> None:
+    def cancel(self) -> None:
         self._job.cancel()
 
 
@@ -203,7 +231,7 @@ class ModelVoices:
         """From a converted model's config.json (copied by the converter): for a model that is
         not loaded yet."""
         try:
-            config = json.loads((model_dir / "config.json").read_text())
+            config = json.loads(read_text(model_dir / "config.json"))
             kind, size = str(config["tts_model_type"]), str(config.get("tts_model_size", ""))
             speakers = tuple(str(s).lower() for s in config["talker_config"]["spk_id"])
         except (OSError, ValueError, KeyError, TypeError) as err:
@@ -252,9 +280,11 @@ class TtsService:
         self._engine: Engine | None = None
         self.voices = VoiceCatalog([], [])
         self._default_voice = ""
-        self._library = library
+        self.library = library
         self.voice_model = voice_model
         self._library_state: tuple[tuple[str, int, int], ...] | None = None
+        self._library_look: asyncio.Future[LibraryLook | None] | None = None  # under way
+        self._library_late = False  # a look outlasted LIBRARY_DEADLINE_S (logged once)
         self._stored: dict[str, StoredVoice] = {}  # the library voices the model speaks
         # name -> (voice, the generator it was made for, prompt); the engine thread's only
         self._prompts: dict[str, tuple[StoredVoice, Any, VoicePrompt]] = {}
@@ -265,6 +295,7 @@ class TtsService:
         # The engine thread's work, in arrival order; it picks the next sentence of the answer
         # it just spoke first, then those of answers it has begun, then the oldest (_pick).
         self._jobs: deque[_Queued] = deque()
+        self._running: _Queued | None = None
         self._last: Answer | None = None
         self._work = threading.Condition()
         self._stopping = False
@@ -276,10 +307,16 @@ class TtsService:
     # -- the model -------------------------------------------------------------------------
 
     def attach(
-        self, engine: Engine, default_voice: str | None = None, model_name: str = ""
+        self,
+        engine: Engine,
+        default_voice: str | None = None,
+        model_name: str = "",
+        library: LibraryLook | None = None,
     ) -> None:
-        """Makes the service ready with `engine` (VoiceError for an unknown default voice)."""
-        voices = self._catalog(engine)
+        """Makes the service ready with `engine` (VoiceError for an unknown default voice).
+        `library`: the voice library as `look_at_library` read it (off the event loop); else
+        it is read now."""
+        voices = self._catalog(engine, library or self.look_at_library(None))
         self._default_voice = (
             voices.get(default_voice or voices.default).name if voices.voices else ""
         )
@@ -289,14 +326,25 @@ class TtsService:
         self.revision += 1
         self._notify()
 
-    def _catalog(self, engine: Engine) -> VoiceCatalog:
+    def look_at_library(self, known: Any) -> LibraryLook | None:
+        """Reads the voice library (blocking file work: a worker thread's), unless its
+        signature is still `known`: then None."""
+        if self.library is None:
+            return None
+        signature = self.library.signature()
+        if signature == known:
+            return None
+        found, problems = self.library.scan()
+        return LibraryLook(signature, found, problems)
+
+    def _catalog(self, engine: Engine, library: LibraryLook | None) -> VoiceCatalog:
         """The engine's voices: its speakers and the library voices it speaks, or the voice
         model speaks."""
         stored: list[StoredVoice] = []
-        if self._library is not None:
-            self._library_state = self._library.signature()
-            found, problems = self._library.scan()
-            for problem in problems:
+        if library is not None:
+            self._library_state = library.signature
+            found = library.found
+            for problem in library.problems:
                 if problem not in self._reported:
                     self._reported.add(problem)
                     _LOGGER.warning("%s: skipped", problem)
@@ -307,15 +355,37 @@ class TtsService:
         self._stored = {v.name: v for v in stored}
         return VoiceCatalog(engine.speakers, engine.languages, stored)
 
-    def refresh_voices(self) -> bool:
+    async def refresh_voices(self) -> bool:
         """Takes up voices added to or removed from the library since the last look (call on
-        the event loop); True when the voices changed."""
-        if self._engine is None or self._library is None:
+        the event loop; the library is read in a worker thread, at most LIBRARY_DEADLINE_S is
+        waited for it); True when the voices changed."""
+        if self._engine is None or self.library is None:
             return False
-        if self._library.signature() == self._library_state:
+        if self._library_look is None:  # one look at a time, whoever asks
+            state = self._library_state
+            look = asyncio.ensure_future(in_daemon_thread(lambda: self.look_at_library(state)))
+            self._library_look = look
+            look.add_done_callback(self._looked)
+        try:
+            library = await asyncio.wait_for(asyncio.shield(self._library_look), LIBRARY_DEADLINE_S)
+        except asyncio.TimeoutError:
+            if not self._library_late:
+                self._library_late = True
+                _LOGGER.warning(
+                    "the voice library (%s) did not answer within %.0f s: serving the voices "
+                    "known so far",
+                    self.library.root,
+                    LIBRARY_DEADLINE_S,
+                )
             return False
+        except OSError as err:
+            _LOGGER.warning("cannot read the voice library: %s", err)
+            return False
+        if library is None or library.signature == self._library_state:
+            return False  # unchanged, or already taken up by another waiter
+        self._library_late = False
         before = set(self._stored)
-        self.voices = self._catalog(self._engine)
+        self.voices = self._catalog(self._engine, library)
         added, removed = set(self._stored) - before, before - set(self._stored)
         if added or removed:
             _LOGGER.info(
@@ -328,6 +398,12 @@ class TtsService:
         self.revision += 1
         self._notify()
         return True
+
+    def _looked(self, look: asyncio.Future[LibraryLook | None]) -> None:
+        if self._library_look is look:
+            self._library_look = None
+        if not look.cancelled():
+            look.exception()  # retrieved: the waiters log it
 
     def set_loading(self, text: str) -> None:
         """What the first start is doing ("downloading ... 35%"), for `describe` and logs."""
@@ -395,15 +471,14 @@ class TtsService:
         self, name: str | None, speaker: str | None = None, language: str | None = None
     ) -> Choice:
         """The voice of a request; VoiceError names the valid choices (NotReadyError before
-        the model is loaded)."""
+        the model is loaded). The voices are those of the last `refresh_voices`."""
         if not self.ready:
             raise NotReadyError(f"the model is not ready yet: {self.loading}")
-        self.refresh_voices()
         return self.voices.choose(name, speaker, language, default=self._default_voice)
 
-    def admit(self) -> Answer:
-        """A place in the queue for a request arriving now (call on the event loop):
-        ServiceBusyError when max_queue requests already wait behind the running one,
+    def admit(self, peer: str = "") -> Answer:
+        """A place in the queue for a request arriving now from `peer` (call on the event
+        loop): ServiceBusyError when max_queue requests already wait behind the running one,
         NotReadyError before the model is loaded."""
         if not self.ready:
             raise NotReadyError(f"the model is not ready yet: {self.loading}")
@@ -412,12 +487,27 @@ class TtsService:
             raise ServiceBusyError(
                 f"server busy: {waiting} requests are already waiting; try again later"
             )
-        answer = Answer(self)
+        answer = Answer(self, peer)
         self._answers.add(answer)
         return answer
 
     def _release(self, answer: Answer) -> None:
+        """The answer ended or its client left (event loop): its queued sentences are dropped
+        and its running one is cancelled."""
         self._answers.discard(answer)
+        with self._work:
+            dropped = [q for q in self._jobs if q.answer is answer]
+            if dropped:
+                self._jobs = deque(q for q in self._jobs if q.answer is not answer)
+            running = self._running if self._running and self._running.answer is answer else None
+        for queued in dropped:
+            queued.job.cancel()
+            queued.job.audio.put_nowait(_END)
+        if running is not None:
+            running.job.cancel()
+        if dropped:
+            _LOGGER.debug("answer for %s closed: %d sentences dropped", answer.peer, len(dropped))
+            self._update(queue_depth=len(self._jobs))
 
     def synthesize(
         self,
@@ -431,9 +521,17 @@ class TtsService:
         audio stream. Raises VoiceError, NotReadyError or (without `answer`) ServiceBusyError
         at once, before anything is queued; the stream raises EngineError if the synthesis
         fails. Call on the event loop."""
-        chosen = self.resolve_voice(voice, speaker, language)
+
+        return self.queue([text], self.resolve_voice(voice, speaker, language), answer)
+
+    def queue(
+        self, sentences: list[str], chosen: Choice, answer: Answer | None = None
+    ) -> AudioStream:
+        """Queues sentences (of one text) to be spoken one after the other, with nothing in
+        between, into one audio stream; the voice is already resolved (`resolve_voice`)."""
         loop = asyncio.get_running_loop()
-        if not text.strip():  # nothing to say: an empty stream, the engine is not involved
+        sentences = [s for s in sentences if s.strip()]
+        if not sentences:  # nothing to say: an empty stream, the engine is not involved
             job = _Job(loop, answer or Answer(self), self.max_unsent_bytes)
             job.audio.put_nowait(_END)
             return AudioStream(job)
@@ -442,14 +540,14 @@ class TtsService:
             answer = self.admit()
         job = _Job(loop, answer, self.max_unsent_bytes)
         with self._work:
-            self._jobs.append(_Queued(job, text, chosen, answer, own))
+            self._jobs.append(_Queued(job, sentences, chosen, answer, own))
             self._work.notify()
             depth = len(self._jobs)
         self._update(queue_depth=depth)
         return AudioStream(job)
 
     def _pick(self) -> _Queued:
-        """The next sentence: of the answer just spoken, else of an answer already begun (an
+        """The next text: of the answer just spoken, else of an answer already begun (an
         answer is never split by other requests), else the oldest. Holds self._work."""
         for rule in (lambda q: q.answer is self._last, lambda q: q.answer.started):
             for i, queued in enumerate(self._jobs):
@@ -462,47 +560,57 @@ class TtsService:
         """The engine thread: one synthesis at a time."""
         while True:
             with self._work:
+                self._running = None
                 while not (self._jobs or self._stopping):
-                    self._work.wait()
+                    self._work.wait(POLL_S)
                 if self._stopping:
                     return
-                queued = self._pick()
+                queued = self._running = self._pick()
                 self._last = queued.answer
                 queued.answer.started = True
             self._run(queued)
 
     def _run(self, queued: _Queued) -> None:
-        """Engine thread: one synthesis, start to end (an answer of its own closes at the end)."""
-        job, text, choice = queued.job, queued.text, queued.choice
+        """Engine thread: a text's sentences, start to end (an answer of its own closes at the
+        end)."""
+        job = queued.job
         own = queued.answer if queued.own else None
         job.call(self._started)
         try:
-            if job.cancelled.is_set():  # the client left while it waited
-                return
-            engine = self._engine_for(choice.stored)
-            engine.refresh()  # model files changed on disk: loaded again first
-            if self._settings is not engine.settings:
-                engine.apply_settings(self._settings)
-            voice = self._prompt(choice.stored, engine) if choice.stored else None
-            with job.lock:
-                job.synthesis = engine.synthesize(
-                    text, choice.speaker or None, choice.language, voice=voice
-                )
-            synthesis = job.synthesis
-            try:
-                for pcm in synthesis:
-                    if job.cancelled.is_set() or not job.put_audio(pcm.tobytes()):
-                        break
-            finally:
-                synthesis.close()
-            if not job.cancelled.is_set():
-                job.call(self._finished, synthesis.metrics)
+            for text in queued.sentences:
+                if job.cancelled.is_set():  # the client left (while it waited, or meanwhile)
+                    break
+                self._speak(queued, text)
         except Exception as err:  # noqa: BLE001 - delivered to the requester
             _LOGGER.warning("synthesis failed: %s", err)
             job.put(err)
         finally:
             job.put(_END)
             job.call(self._ended, own)
+
+    def _speak(self, queued: _Queued, text: str) -> None:
+        """Engine thread: one sentence; its start and end are logged (at DEBUG) with the peer
+        it is for: the service's record of what it synthesized for whom."""
+        job, choice = queued.job, queued.choice
+        peer = queued.answer.peer or "a local caller"
+        _LOGGER.debug("synthesis for %s started: %d characters", peer, len(text))
+        engine = self._engine_for(choice.stored)
+        engine.refresh()  # model files changed on disk: loaded again first
+        if self._settings is not engine.settings:
+            engine.apply_settings(self._settings)
+        voice = self._prompt(choice.stored, engine) if choice.stored else None
+        synthesis = engine.synthesize(text, choice.speaker or None, choice.language, voice=voice)
+        job.attach(synthesis)
+        try:
+            for pcm in synthesis:
+                if job.cancelled.is_set() or not job.put_audio(pcm.tobytes()):
+                    break
+        finally:
+            synthesis.close()
+        cancelled = job.cancelled.is_set()
+        _LOGGER.debug("synthesis for %s %s", peer, "cancelled" if cancelled else "ended complete")
+        if not cancelled:
+            job.call(self._finished, synthesis.metrics)
 
     def _engine_for(self, stored: str | None) -> Engine:
         """Engine thread: the engine that speaks a voice (the voice model is loaded on the
@@ -514,16 +622,16 @@ class TtsService:
         if vm.engine is None:
             _LOGGER.info("voice %r: loading the voice model %s (first use)", voice.name, vm.name)
             vm.engine = vm.load()
-            if self._library is not None:  # its voices' prompts and shared state, once
+            if self.library is not None:  # its voices' prompts and shared state, once
                 spoken = [v for v in self._stored.values() if vm.voices.speaks(v)]
-                for name, prompt in self._library.prepare(spoken, vm.engine).items():
+                for name, prompt in self.library.prepare(spoken, vm.engine).items():
                     self._prompts[name] = (self._stored[name], vm.engine.generator, prompt)
         return vm.engine
 
     def _library_prompt(self, voice: StoredVoice, engine: Engine) -> VoicePrompt:
-        if self._library is None:
+        if self.library is None:
             raise VoiceError(f"voice {voice.name!r}: no voice library")
-        return self._library.prompt(voice, engine)
+        return self.library.prompt(voice, engine)
 
     def _prompt(self, name: str, engine: Engine) -> VoicePrompt:
         """Engine thread: the prompt of library voice `name` for `engine`'s model."""
@@ -552,14 +660,64 @@ class TtsService:
             setattr(self.status, key, value)
         self._notify()
 
-    def shutdown(self) -> None:
-        """Drops waiting requests and waits for the running one to end."""
+    def stop(self) -> None:
+        """Drops waiting requests and cancels the running one, without waiting (any thread);
+        the service takes no more work."""
         with self._work:
             self._stopping = True
             dropped = list(self._jobs)
             self._jobs.clear()
+            running = self._running
             self._work.notify()
         for queued in dropped:
             queued.job.cancel()
             queued.job.put(_END)
-        self._thread.join()
+        if running is not None:
+            running.job.cancel()
+
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        """`stop`, then waits at most `timeout` seconds for the engine thread to end; False
+        when it is still busy then (e.g. reading a model from a stuck disk)."""
+        self.stop()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            _LOGGER.warning("the engine did not stop within %.1f s", timeout)
+            return False
+        return True
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """fn() in a daemon thread of its own: blocking work (a download, a model load, a look at
+    the library on a stuck disk) that must never keep the process from ending, as a thread
+    of asyncio's executor would at the end of asyncio.run."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def work() -> None:
+        try:
+            result = fn()
+        except BaseException as err:  # noqa: BLE001 - delivered to the awaiting task
+            loop.call_soon_threadsafe(_settle, future, None, err)
+        else:
+            loop.call_soon_threadsafe(_settle, future, result, None)
+
+    threading.Thread(target=work, name="kazeia-load", daemon=True).start()
+    return await future
+
+
+def _settle(future: asyncio.Future[Any], result: Any, err: BaseException | None) -> None:
+    if future.done():
+        return
+    if err is not None:
+        future.set_exception(err)
+    else:
+        future.set_result(result)
+
+
+@dataclass(frozen=True)
+class LibraryLook:
+    """What a look at the voice library found (see VoiceLibrary)."""
+
+    signature: Any
+    found: list[StoredVoice]
+    problems: list[str]

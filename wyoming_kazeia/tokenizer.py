@@ -54,6 +54,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_
 from tokenizers.models import BPE
 
 from .errors import TokenizerError
+from .files import check_regular
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ _ADDED_TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special"
 
 def _read_json(path: Path) -> Any:
     try:
-        with path.open(encoding="utf-8") as f:
+        with check_regular(path).open(encoding="utf-8") as f:
             return json.load(f)
     except FileNotFoundError:
         raise TokenizerError(f"{path}: file not found") from None
@@ -142,7 +143,7 @@ def _load_merges(path: Path) -> list[tuple[str, str]]:
     and each remaining line splits on whitespace into exactly one pair.
     """
     try:
-        with path.open(encoding="utf-8") as f:
+        with check_regular(path).open(encoding="utf-8") as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
         raise TokenizerError(f"{path}: file not found") from None

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kazeia/error.h"
@@ -30,6 +31,12 @@ std::string shape_str(const int64_t *ne, int n) {
 
 size_t GgufWeights::open_checked(const PartInfo &part) {
     const std::string &path = path_;
+    // Opening a FIFO (or a device) would block until someone writes to it, with no deadline:
+    // only a regular file is opened.
+    struct stat st = {};
+    if (::stat(path.c_str(), &st) != 0)
+        throw ModelError("cannot open " + path + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw ModelError(path + " is not a regular file");
     FilePtr file(std::fopen(path.c_str(), "rb"));
     if (!file) throw ModelError("cannot open " + path + ": " + std::strerror(errno));
     char magic[4] = {};

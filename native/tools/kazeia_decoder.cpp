@@ -25,6 +25,10 @@
 #include <vector>
 
 #include <unistd.h>
+#ifdef __linux__
+#include <csignal>
+#include <sys/prctl.h>
+#endif
 
 #include "kazeia/error.h"
 #include "kazeia/speech_decoder.h"
@@ -148,6 +152,15 @@ int main(int argc, char **argv) {
     if (pos.size() != (pipe ? 1u : 4u)) usage();
     try {
         if (pipe) {
+#ifdef __linux__
+            // The engine that started us may die without closing our stdin (SIGKILL, a
+            // crash): the tool dies with it instead of finishing a push for no one. (A parent
+            // gone before this line is caught by the ppid check; the end of stdin catches it
+            // too, between pushes.)
+            const pid_t parent = getppid();
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) return 0;
+#endif
             kazeia::SpeechDecoder decoder(pos[0], (int)threads);
             serve_pipe(decoder);
             return 0;

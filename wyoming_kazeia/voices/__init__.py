@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .library import StoredVoice
 
-from ..errors import VoiceError
+from ..errors import VoiceError, quoted
 
 # The default voice when none is configured: the official examples' speaker when the model has
 # it, else the first speaker in alphabetical order (the order of the model's speaker table).
@@ -57,7 +57,7 @@ def model_language(language: str | None) -> str | None:
         if key in (name, code):
             return name
     raise VoiceError(
-        f"unknown language {language!r}; valid languages: auto, "
+        f"unknown language {quoted(language)}; valid languages: auto, "
         + ", ".join(f"{code} ({name})" for name, code in LANGUAGE_CODES.items())
     )
 
@@ -137,7 +137,9 @@ class VoiceCatalog:
                 "add NAME --audio FILE --text TRANSCRIPT` (a Base model clones it)"
             )
         if voice is None:
-            raise VoiceError(f"unknown voice {name!r}; valid voices: {', '.join(self._by_name)}")
+            raise VoiceError(
+                f"unknown voice {quoted(name)}; valid voices: {', '.join(self._by_name)}"
+            )
         return voice
 
     def choose(
@@ -173,7 +175,7 @@ class VoiceCatalog:
             chosen_speaker = speaker.strip().lower()
             if chosen_speaker not in self.speakers:
                 raise VoiceError(
-                    f"unknown speaker {speaker!r}; valid speakers: {', '.join(self.speakers)}"
+                    f"unknown speaker {quoted(speaker)}; valid speakers: {', '.join(self.speakers)}"
                 )
         if language:
             chosen_language = self._language(language)
@@ -185,7 +187,7 @@ class VoiceCatalog:
         found = self._language_by_code.get(key) or self._language_by_code.get(key.split("-")[0])
         if found is None:
             raise VoiceError(
-                f"unknown language {language!r}; valid languages: auto, "
+                f"unknown language {quoted(language)}; valid languages: auto, "
                 + ", ".join(f"{LANGUAGE_CODES.get(x, x)} ({x})" for x in self.languages)
             )
         return found

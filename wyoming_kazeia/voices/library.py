@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import soundfile as sf
 
-from ..errors import InputError, KazeiaError, VoiceError
+from ..errors import InputError, KazeiaError, VoiceError, quoted
+from ..files import check_regular, read_text
 from . import recording
 from .recording import Recording
 
@@ -55,7 +56,7 @@ def check_name(name: str) -> str:
     VoiceError."""
     if not NAME.match(name):
         raise VoiceError(
-            f"invalid voice name {name!r}: use 1-32 lowercase letters, digits and '_', "
+            f"invalid voice name {quoted(name)}: use 1-32 lowercase letters, digits and '_', "
             "starting with a letter (e.g. grandma, my_voice_2)"
         )
     return name
@@ -201,7 +202,7 @@ class VoiceLibrary:
             if folder.name.startswith(".") or not folder.is_dir():
                 continue
             try:
-                data = json.loads((folder / VOICE_FILE).read_text(encoding="utf-8"))
+                data = json.loads(read_text(folder / VOICE_FILE))
                 voice = StoredVoice.from_json(data, folder)
                 if voice.kind == "clone" and not (folder / REFERENCE_FILE).is_file():
                     raise ValueError(f"{REFERENCE_FILE} is missing")
@@ -272,7 +273,11 @@ class VoiceLibrary:
                 )
         t0 = time.monotonic()
         if voice.kind == "clone":
-            samples, rate = sf.read(str(folder / REFERENCE_FILE), dtype="float32")
+            try:
+                reference = check_regular(folder / REFERENCE_FILE)
+            except OSError as err:
+                raise VoiceError(f"the recording of voice {voice.name!r}: {err}") from err
+            samples, rate = sf.read(str(reference), dtype="float32")
             if voice.audio_sha256 != recording.check(samples, rate, voice.name).sha256:
                 raise VoiceError(
                     f"the recording of voice {voice.name!r} changed on disk: add it again"

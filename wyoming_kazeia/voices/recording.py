@@ -16,6 +16,7 @@ import numpy as np
 import soundfile as sf
 
 from ..errors import InputError
+from ..files import check_regular
 
 RATE = 24000  # the rate of the Base models' encoders (speaker and speech encoder)
 MIN_SECONDS = 1.0
@@ -55,7 +56,17 @@ def check(samples: np.ndarray, rate: int, where: str) -> Recording:
     """A Recording of mono `samples` at `rate`; InputError saying what is wrong with it."""
     if samples.size == 0:
         raise InputError(f"{where} is empty")
-    seconds = len(samples) / rate
+    check_length(len(samples) / rate, where)
+    if not np.all(np.isfinite(samples)):
+        raise InputError(f"{where} holds invalid samples (NaN or infinite)")
+    if float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) < SILENCE_RMS:
+        raise InputError(f"{where} is silent")
+    audio = resample(samples, rate)
+    return Recording(audio, rate, hashlib.sha256(audio.tobytes()).hexdigest())
+
+
+def check_length(seconds: float, where: str) -> None:
+    """InputError unless a recording of `seconds` can make a voice."""
     if seconds < MIN_SECONDS:
         raise InputError(
             f"{where} is {seconds:.2f} s long: a voice needs at least {MIN_SECONDS:.0f} s "
@@ -66,18 +77,18 @@ def check(samples: np.ndarray, rate: int, where: str) -> Recording:
             f"{where} is {seconds:.1f} s long: at most {MAX_SECONDS:.0f} s (3-6 s of clear "
             "speech clone well; cut it, e.g. `sox in.wav out.wav trim 0 6`)"
         )
-    if not np.all(np.isfinite(samples)):
-        raise InputError(f"{where} holds invalid samples (NaN or infinite)")
-    if float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) < SILENCE_RMS:
-        raise InputError(f"{where} is silent")
-    audio = resample(samples, rate)
-    return Recording(audio, rate, hashlib.sha256(audio.tobytes()).hexdigest())
 
 
 def load(path: Path) -> Recording:
-    """The recording in file `path` (any rate and channel count)."""
+    """The recording in file `path` (any rate and channel count). Its length is read from its
+    header first: a recording far too long is refused without being read."""
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+        info = sf.info(str(check_regular(path)))
+        if info.samplerate > 0 and info.frames > 0:  # (an empty one: said below)
+            check_length(info.frames / info.samplerate, str(path))
+        # The header may understate: never more than a voice can take is read.
+        limit = int(MAX_SECONDS * info.samplerate) + 1
+        data, rate = sf.read(str(path), frames=limit, dtype="float32", always_2d=True)
     except (OSError, RuntimeError, sf.LibsndfileError) as err:
         raise InputError(f"cannot read {path} as audio (WAV, FLAC or OGG): {err}") from err
     return check(data.mean(axis=1), int(rate), str(path))
