@@ -569,3 +569,110 @@ def test_the_service_is_ready_only_after_its_warm_up(tiny_model: Path) -> None:
     stderr = ready_then_stopped([*SERVER, "--uri", uri, "--model", str(tiny_model)], uri)
     warmed, stopping = stderr.find("warm-up synthesis:"), stderr.find("SIGTERM: stopping")
     assert 0 <= warmed < stopping, stderr[-3000:]
+
+
+async def leave_mid_answer(uri: str) -> None:
+    """Home Assistant's client asks for five sentences, reads 20 audio chunks and leaves its
+    `async with` (what a satellite's "stop" does)."""
+    async with AsyncClient.from_uri(uri) as client:
+        await client.write_event(Synthesize(" ".join(["A sentence nobody hears out."] * 5)).event())
+        chunks = 0
+        while chunks < 20 and (event := await client.read_event()) is not None:
+            chunks += event.type == "audio-chunk"
+
+
+async def first_audio_s(uri: str) -> float:
+    async with AsyncClient.from_uri(uri) as client:
+        start = time.monotonic()
+        await client.write_event(Synthesize("Hello there.").event())
+        while (event := await asyncio.wait_for(client.read_event(), 10)) is not None:
+            assert event.type != "error", event.data
+            if event.type == "audio-chunk":
+                return time.monotonic() - start
+    raise AssertionError("no audio")
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_after_a_client_leaves_mid_answer_the_next_is_served_and_sigterm_stops_it(
+    tiny_model: Path, trial: int
+) -> None:
+    """Fresh starts of the real server: Home Assistant's client leaves mid-answer, the next
+    client's first audio comes within 1 s, SIGTERM then ends the process within 2 s."""
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [*SERVER, "--uri", uri, "--model", str(tiny_model), "--max-frames", "60", "--seed",
+         str(trial)],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until_ready(proc, uri)
+        asyncio.run(leave_mid_answer(uri))
+        assert asyncio.run(first_audio_s(uri)) < 1.0
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        assert time.monotonic() - start < 2.0
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+
+
+def test_sighup_stops_the_server_cleanly_with_a_log_line(tiny_model: Path) -> None:
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [*SERVER, "--uri", uri, "--model", str(tiny_model), *FRAMES],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_ready(proc, uri)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGHUP)
+        proc.wait(30)
+        assert time.monotonic() - start < 2.0
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "SIGHUP: stopping" in stderr
+
+
+def test_a_decoder_subprocess_never_outlives_a_killed_server(tiny_model: Path) -> None:
+    """SIGKILL of the server while its kazeia-decoder child decodes: the child ends too."""
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [*SERVER, "--uri", uri, "--model", str(tiny_model), "--max-frames", "5000", "--seed",
+         "1", "--decoder-subprocess"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def children() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and "kazeia-decoder" in (entry / "cmdline").read_text():
+                    found.append(int(entry.name))
+        return found
+
+    async def speak_then_kill() -> list[int]:
+        async with AsyncClient.from_uri(uri) as client:
+            await client.write_event(Synthesize("A long one, decoded in a child.").event())
+            chunks = 0
+            while chunks < 5 and (event := await client.read_event()) is not None:
+                chunks += event.type == "audio-chunk"
+            alive = children()
+            proc.kill()
+            return alive
+
+    try:
+        wait_until_ready(proc, uri)
+        alive = asyncio.run(speak_then_kill())
+        assert alive, "no kazeia-decoder child while decoding"
+        deadline = time.monotonic() + 5
+        while set(alive) & set(children()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not set(alive) & set(children()), "the decoder child outlived the server"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -364,3 +366,43 @@ def test_one_server_speaks_the_built_in_speakers_and_cloned_voices(
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
     assert stderr.count("loading the voice model") == 1, stderr
+
+
+def test_an_hour_long_recording_is_refused_from_its_header_without_being_read(
+    tmp_path: Path,
+) -> None:
+    """A 60-minute WAV (165 MB of 24 kHz 16-bit PCM, written in blocks): refused by its header's
+    length at once, without reading its samples: the CLI's peak RSS stays below the file's size
+    (its samples as float32 alone would be twice that)."""
+    hour = tmp_path / "hour.wav"
+    with sf.SoundFile(hour, "w", 24000, 1, subtype="PCM_16") as f:
+        block = (0.1 * np.sin(np.arange(24000 * 60) / 7.0)).astype(np.float32)
+        for _ in range(60):
+            f.write(block)
+    script = (
+        "import resource, sys\n"
+        "from wyoming_kazeia.voices.__main__ import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", script, "--data-dir", str(tmp_path), "add", "hour", "--audio",
+         str(hour)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    seconds = time.monotonic() - start
+    *lines, peak_kb = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and "3600.0 s long: at most 20 s" in "\n".join(lines)
+    assert int(peak_kb) * 1024 < hour.stat().st_size, peak_kb
+    assert seconds < 5 and not (tmp_path / "voices" / "hour").exists()
+
+
+def test_a_recording_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "voice.wav"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    result = run("voices", "--data-dir", str(tmp_path), "add", "fifo", "--audio", str(fifo))
+    one_line_error(result, "is not a regular file (a FIFO)")
+    assert time.monotonic() - start < 10
