@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazeia_dev.random_checkpoint import main as random_checkpoint
@@ -592,50 +593,46 @@ async def first_audio_s(uri: str) -> float:
     raise AssertionError("no audio")
 
 
+def serve_then_signal(
+    tiny_model: Path, args: list[str], number: signal.Signals, meanwhile: Any = None
+) -> str:
+    """Starts the server, runs `meanwhile(uri)` once it is ready, then sends it signal `number`,
+    which must end it cleanly (exit 0) within 2 s; returns its stderr."""
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    cmd = [*SERVER, "--uri", uri, "--model", str(tiny_model), *args]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until_ready(proc, uri)
+        if meanwhile is not None:
+            meanwhile(uri)
+        start = time.monotonic()
+        proc.send_signal(number)
+        proc.wait(30)
+        assert time.monotonic() - start < 2.0
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    return stderr
+
+
 @pytest.mark.parametrize("trial", range(5))
 def test_after_a_client_leaves_mid_answer_the_next_is_served_and_sigterm_stops_it(
     tiny_model: Path, trial: int
 ) -> None:
     """Fresh starts of the real server: Home Assistant's client leaves mid-answer, the next
     client's first audio comes within 1 s, SIGTERM then ends the process within 2 s."""
-    uri = f"tcp://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [*SERVER, "--uri", uri, "--model", str(tiny_model), "--max-frames", "60", "--seed",
-         str(trial)],
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        wait_until_ready(proc, uri)
+
+    def leave_then_ask(uri: str) -> None:
         asyncio.run(leave_mid_answer(uri))
         assert asyncio.run(first_audio_s(uri)) < 1.0
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-        assert time.monotonic() - start < 2.0
-    finally:
-        proc.kill()
-        _, stderr = proc.communicate()
-    assert proc.returncode == 0, stderr
+
+    args = ["--max-frames", "60", "--seed", str(trial)]
+    serve_then_signal(tiny_model, args, signal.SIGTERM, leave_then_ask)
 
 
 def test_sighup_stops_the_server_cleanly_with_a_log_line(tiny_model: Path) -> None:
-    uri = f"tcp://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [*SERVER, "--uri", uri, "--model", str(tiny_model), *FRAMES],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_until_ready(proc, uri)
-        start = time.monotonic()
-        proc.send_signal(signal.SIGHUP)
-        proc.wait(30)
-        assert time.monotonic() - start < 2.0
-    finally:
-        proc.kill()
-        _, stderr = proc.communicate()
-    assert proc.returncode == 0, stderr
-    assert "SIGHUP: stopping" in stderr
+    assert "SIGHUP: stopping" in serve_then_signal(tiny_model, FRAMES, signal.SIGHUP)
 
 
 def test_a_decoder_subprocess_never_outlives_a_killed_server(tiny_model: Path) -> None:
@@ -644,7 +641,7 @@ def test_a_decoder_subprocess_never_outlives_a_killed_server(tiny_model: Path) -
     proc = subprocess.Popen(
         [*SERVER, "--uri", uri, "--model", str(tiny_model), "--max-frames", "5000", "--seed",
          "1", "--decoder-subprocess"],
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
 
     def children() -> list[int]:

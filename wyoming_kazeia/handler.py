@@ -76,6 +76,8 @@ MAX_DATA_BYTES = 1024 * 1024
 MAX_PAYLOAD_BYTES = 1024 * 1024
 
 WIDTH, CHANNELS = 2, 1
+# How long the connection bound waits for the idlest connection it closed to leave.
+CLOSE_WAIT_S = 5.0
 # How often a connection whose input ended is probed (an empty audio-chunk) while its audio
 # flows: a client gone entirely is found within two probes.
 PROBE_S = 0.05
@@ -184,7 +186,10 @@ class Connections:
             _LOGGER.info("connection limit (%d): closing the idlest, %s", self.limit, oldest.peer)
             self._left.clear()
             oldest.writer.close()
-            await self._left.wait()
+            # Its handler leaves once its reader sees the close; if it does not (a transport
+            # that never finishes closing), the loop looks again rather than wait forever.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._left.wait(), CLOSE_WAIT_S)
 
     def enter(self, handler: KazeiaEventHandler) -> bool:
         """Counts `handler` in (again: no change); False when the bound leaves no room."""
