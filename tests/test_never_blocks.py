@@ -189,27 +189,35 @@ def test_errors_and_log_lines_quote_a_bounded_part_of_what_a_client_sent(
         for request in requests:
             events = await exchange(server.uri, request)
             texts += [e.data["text"] for e in events if e.type == "error"]
+        # A length of 4000 digits: quoted, not echoed whole
+        port = int(server.uri.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b'{"type": "synthesize", "data_length": ' + b"9" * 4000 + b"}\n")
+        while (event := await asyncio.wait_for(async_read_event(reader), 10)) is not None:
+            texts += [event.data["text"]] if event.type == "error" else []
+        writer.close()
         # An unknown event type is ignored (and logged at DEBUG)
         await exchange(server.uri, Event(type=huge[: 60 * 1024]), Describe().event(), until="info")
         return texts
 
     with caplog.at_level(logging.DEBUG):
         texts = asyncio.run(go())
-    assert len(texts) == 5 and all(len(t) < 5000 for t in texts), [len(t) for t in texts]
-    assert all(text.count("x") <= 250 for text in texts)
+    assert len(texts) == 6 and all(len(t) < 5000 for t in texts), [len(t) for t in texts]
+    assert all(text.count("x") <= 250 and text.count("9") <= 250 for text in texts)
     assert max(len(r.getMessage()) for r in caplog.records) < 5000
 
 
 def test_text_that_is_not_unicode_is_one_bad_request_before_any_audio(
     server: ServerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A lone surrogate ("\\ud800" in the JSON), in a one-shot text, a streamed chunk or a voice
-    name: `bad-request` and nothing else, no traceback in the log."""
+    """A lone surrogate ("\\ud800" in the JSON), in a one-shot text, a streamed chunk, a voice
+    name or a ping: `bad-request` and nothing else, no traceback in the log."""
     bad = "Hello \ud800 there."
     cases: list[list[dict[str, object]]] = [
         [{"type": "synthesize", "data": {"text": bad}}],
         [{"type": "synthesize-start"}, {"type": "synthesize-chunk", "data": {"text": bad}}],
         [{"type": "synthesize", "data": {"text": "Hello.", "voice": {"name": bad}}}],
+        [{"type": "ping", "data": {"text": bad}}],  # echoed by the pong: never written
     ]
 
     async def send(events: list[dict[str, object]]) -> list[Event]:

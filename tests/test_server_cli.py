@@ -673,3 +673,67 @@ def test_a_decoder_subprocess_never_outlives_a_killed_server(tiny_model: Path) -
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_clients_that_stop_reading_keep_no_place_in_the_queue(tiny_model: Path) -> None:
+    """Two clients pipeline requests and then read nothing, never closing (a host that
+    vanished without a word looks the same): after the idle timeout their connections are
+    closed and their places freed, so a third client is served instead of `server-busy`."""
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    port = int(uri.rsplit(":", 1)[1])
+    args = ["--max-queue", "1", "--idle-timeout", "1", "--max-unsent-mb", "1"]
+    args += ["--max-frames", "2000", "--seed", "1"]  # more audio than the socket buffers
+    proc = subprocess.Popen(
+        [*SERVER, "--uri", uri, "--model", str(tiny_model), *args],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stalled = []
+    try:
+        wait_until_ready(proc, uri)
+        for _ in range(2):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            request = json.dumps({"type": "synthesize", "data": {"text": "Nobody reads."}})
+            sock.sendall((request + "\n").encode() * 5)
+            stalled.append(sock)
+
+        async def served_within(seconds: float) -> bool:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                with contextlib.suppress(AssertionError):
+                    if await first_audio_s(uri) < 1.0:
+                        return True
+                await asyncio.sleep(0.2)
+            return False
+
+        assert asyncio.run(served_within(10)), "still refused while the stalled clients stay"
+    finally:
+        for sock in stalled:
+            sock.close()
+        proc.kill()
+        proc.communicate()
+
+
+def test_sigterm_does_not_wait_for_long_texts_being_split(tiny_model: Path) -> None:
+    """Eight streams of 1 MB text each, split into sentences in worker threads: SIGTERM still
+    ends the server within 2 s (the splitting threads are not waited for)."""
+
+    socks: list[socket.socket] = []
+
+    def send_megabytes(uri: str) -> None:
+        port = int(uri.rsplit(":", 1)[1])
+        start = json.dumps({"type": "synthesize-start"}).encode() + b"\n"
+        data = json.dumps({"text": "Words here. " * 87000}).encode()
+        header = json.dumps({"type": "synthesize-chunk", "data_length": len(data)}).encode()
+        for _ in range(8):
+            socks.append(socket.create_connection(("127.0.0.1", port)))
+            socks[-1].sendall(start + header + b"\n" + data)
+        time.sleep(0.5)  # read, and being split
+
+    try:
+        serve_then_signal(tiny_model, FRAMES, signal.SIGTERM, send_megabytes)
+    finally:
+        for sock in socks:
+            sock.close()

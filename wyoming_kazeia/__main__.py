@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--idle-timeout",
         "KZTTS_IDLE_TIMEOUT",
-        "seconds a connection may send nothing while nothing is spoken for it; 0: forever",
+        "seconds a connection may send nothing while nothing is spoken for it, or read "
+        "nothing of its audio; 0: forever",
         "60",
         type=float,
         metavar="SECONDS",

@@ -26,7 +26,7 @@ data or payload, an event missing its fields) gets an `error` (`bad-request`) an
 connection is closed, and so does text that is not valid Unicode (a lone surrogate). A client
 that disconnects cancels its whole answer: the sentence being spoken stops within a frame and
 the queued ones are dropped. Errors and log lines quote at most QUOTE_CHARS of what a client
-sent; texts of many sentences are split and queued without holding up the event loop.
+sent; long texts are split into sentences a slice at a time, with other connections' turns between.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ PROBE_S = 0.05
 # (ASCII or CJK) before the limit: the model is trained on sentences, and its prompt and KV
 # cache stay small.
 MAX_SENTENCE_CHARS = 400
-# Text work on the event loop is bounded: a text longer than this is split into sentences in a
-# worker thread.
-INLINE_TEXT_CHARS = 4096
+# Text is split into sentences this many characters at a time, other connections taking their
+# turn between (a multiple of MAX_SENTENCE_CHARS: the same pieces as one split of the whole).
+TURN_CHARS = 10 * MAX_SENTENCE_CHARS
 # An `error` event's text at most (it quotes at most QUOTE_CHARS of the request; the rest is
 # ours, e.g. the list of valid voices).
 MAX_ERROR_CHARS = 4096
@@ -113,6 +113,7 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
     data = header.get("data") or {}
     if not isinstance(data, dict):
         raise ProtocolError("malformed event: 'data' is not an object")
+    _check_unicode(header)
     data_length = _length(header, "data_length", MAX_DATA_BYTES)
     payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
     try:
@@ -123,6 +124,7 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
                 raise ProtocolError("malformed event data: not JSON") from None
             if not isinstance(extra, dict):
                 raise ProtocolError("malformed event data: not a JSON object")
+            _check_unicode(extra)
             data.update(extra)
         payload = await reader.readexactly(payload_length) if payload_length else None
     except (asyncio.IncompleteReadError, ConnectionError):
@@ -135,7 +137,7 @@ def _length(header: dict[str, Any], key: str, limit: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ProtocolError(f"malformed event header: bad {key} {quoted(value)}")
     if value > limit:
-        raise ProtocolError(f"event {key} {value} exceeds the limit of {limit} bytes")
+        raise ProtocolError(f"event {key} {quoted(value)} exceeds the limit of {limit} bytes")
     return value
 
 
@@ -237,8 +239,24 @@ class KazeiaEventHandler(AsyncEventHandler):
         self.peer = str(writer.get_extra_info("peername") or "local")
         self._connections = connections
         # A connection that sends nothing (not even the rest of an event) while nothing is
-        # being spoken for it is closed after this many seconds.
+        # being spoken for it, or reads nothing of what is written to it, is closed after this
+        # many seconds.
         self._idle_timeout = idle_timeout
+
+    async def write_event(self, event: Event) -> None:
+        """Writes an event; a client that reads nothing of it for the idle timeout is gone
+        (ConnectionError, its connection aborted): one that stopped reading, or a host that
+        vanished without a word, keeps no place in the queue."""
+        try:
+            await asyncio.wait_for(super().write_event(event), self._idle_timeout)
+        except asyncio.TimeoutError:
+            _LOGGER.info(
+                "client %s read nothing for %.0f s: closing its connection",
+                self.peer,
+                self._idle_timeout or 0,
+            )
+            self.writer.transport.abort()
+            raise ConnectionError("the client stopped reading") from None
 
     @property
     def busy(self) -> bool:
@@ -357,7 +375,7 @@ class KazeiaEventHandler(AsyncEventHandler):
             chunk = _parse(SynthesizeChunk, event)
             if self._stream is None:
                 raise ProtocolError("synthesize-chunk outside a synthesize-start/stop stream")
-            for sentence in await _off_loop(self._stream.add, chunk.text):
+            for sentence in await _sentences_in_turns(self._stream, chunk.text):
                 self._speak(sentence, self._stream_voice)
         elif Synthesize.is_type(event.type):
             request = _parse(Synthesize, event)
@@ -445,7 +463,7 @@ class KazeiaEventHandler(AsyncEventHandler):
             await self.service.refresh_voices()
             chosen = self.service.resolve_voice(name, speaker, language)
             # The sentences follow each other on the engine with no other request in between.
-            sentences = await _off_loop(split_sentences, utterance.text)
+            sentences = await _sentences_in_turns(StreamSentences(), utterance.text, end=True)
             audio = self.service.queue(sentences, chosen, utterance.answer)
             await self.write_event(AudioStart(self.service.sample_rate, WIDTH, CHANNELS).event())
             started = self._audio_open = True
@@ -567,12 +585,16 @@ def _split_held(text: str) -> list[str]:
     return pieces
 
 
-async def _off_loop(fn: Callable[[str], list[str]], text: str) -> list[str]:
-    """fn(text), in a worker thread when the text is long: splitting a megabyte into sentences
-    takes longer than `describe` may wait."""
-    if len(text) <= INLINE_TEXT_CHARS:
-        return fn(text)
-    return await asyncio.to_thread(fn, text)
+async def _sentences_in_turns(stream: StreamSentences, text: str, end: bool = False) -> list[str]:
+    """stream.add(text) (and with `end`, its last sentences), TURN_CHARS at a time with the
+    other connections' turns between: splitting a megabyte takes longer than `describe` may
+    wait, and a stop cancels it at the next turn."""
+    sentences: list[str] = []
+    for at in range(0, len(text), TURN_CHARS):
+        if at:
+            await asyncio.sleep(0)
+        sentences += stream.add(text[at : at + TURN_CHARS])
+    return sentences + stream.finish() if end else sentences
 
 
 def _voice_parts(voice: SynthesizeVoice | None) -> tuple[str | None, str | None, str | None]:
@@ -586,10 +608,8 @@ def _check_fields(event: Event) -> None:
     whatever they are given, and a number or a list where a string belongs would fail later,
     in the engine, or be taken silently."""
     data = event.data
-    if event.type in ("synthesize", "synthesize-chunk"):
-        if not isinstance(data.get("text"), str):
-            raise ProtocolError(f"malformed {event.type} event: 'text' must be a string")
-        _check_unicode(event.type, "'text'", data["text"])
+    if event.type in ("synthesize", "synthesize-chunk") and not isinstance(data.get("text"), str):
+        raise ProtocolError(f"malformed {event.type} event: 'text' must be a string")
     voice = data.get("voice")
     if voice is None:
         return
@@ -598,20 +618,28 @@ def _check_fields(event: Event) -> None:
     for key in ("name", "speaker", "language"):
         if voice.get(key) is not None and not isinstance(voice[key], str):
             raise ProtocolError(f"malformed {event.type} event: voice '{key}' must be a string")
-        if voice.get(key) is not None:
-            _check_unicode(event.type, f"voice '{key}'", voice[key])
 
 
-def _check_unicode(event_type: str, field: str, text: str) -> None:
-    """ProtocolError for text that is not valid Unicode: JSON's \\uD800 escapes decode to lone
-    surrogates, which no encoder or tokenizer takes."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ProtocolError(
-            f"malformed {event_type} event: {field} is not valid Unicode (a lone surrogate at "
-            f"character {err.start})"
-        ) from None
+def _check_unicode(value: Any) -> None:
+    """ProtocolError for a JSON value holding text that is not valid Unicode: JSON's \\uD800
+    escapes decode to lone surrogates, which no encoder or tokenizer takes (nor wyoming's
+    writer, for an echo)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ProtocolError(
+                    f"malformed event: text that is not valid Unicode (a lone surrogate in "
+                    f"{quoted(item[max(0, err.start - 20) : err.start + 20])})"
+                ) from None
 
 
 def _parse(kind: Any, event: Event) -> Any:

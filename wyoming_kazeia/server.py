@@ -188,9 +188,12 @@ class _TcpServer(AsyncTcpServer):
         if self._listener is not None:
             self._listener.close()
         await super().stop()
-        # Each handler ends once its writer is closed: let them cancel what they run.
+        # Each handler is cancelled (it may be in the middle of an event: splitting a long
+        # text) and cancels what it runs.
+        for task in self._handlers:
+            task.cancel()
         if self._handlers:
-            await asyncio.wait(list(self._handlers), timeout=2.0)
+            await asyncio.wait(list(self._handlers), timeout=1.0)
 
 
 class _InfoCache:

@@ -366,8 +366,10 @@ class TtsService:
             look = asyncio.ensure_future(in_daemon_thread(lambda: self.look_at_library(state)))
             self._library_look = look
             look.add_done_callback(self._looked)
+        # A look already late (a stuck disk) is not waited for again by every request.
+        deadline = 0.0 if self._library_late else LIBRARY_DEADLINE_S
         try:
-            library = await asyncio.wait_for(asyncio.shield(self._library_look), LIBRARY_DEADLINE_S)
+            library = await asyncio.wait_for(asyncio.shield(self._library_look), deadline)
         except asyncio.TimeoutError:
             if not self._library_late:
                 self._library_late = True
@@ -381,9 +383,9 @@ class TtsService:
         except OSError as err:
             _LOGGER.warning("cannot read the voice library: %s", err)
             return False
+        self._library_late = False
         if library is None or library.signature == self._library_state:
             return False  # unchanged, or already taken up by another waiter
-        self._library_late = False
         before = set(self._stored)
         self.voices = self._catalog(self._engine, library)
         added, removed = set(self._stored) - before, before - set(self._stored)
@@ -695,11 +697,11 @@ async def in_daemon_thread(fn: Callable[[], T]) -> T:
 
     def work() -> None:
         try:
-            result = fn()
+            outcome: tuple[Any, BaseException | None] = (fn(), None)
         except BaseException as err:  # noqa: BLE001 - delivered to the awaiting task
-            loop.call_soon_threadsafe(_settle, future, None, err)
-        else:
-            loop.call_soon_threadsafe(_settle, future, result, None)
+            outcome = (None, err)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
+            loop.call_soon_threadsafe(_settle, future, *outcome)
 
     threading.Thread(target=work, name="kazeia-load", daemon=True).start()
     return await future
