@@ -219,8 +219,9 @@ class _Pipeline:
                 self._frames.put(frame)
                 # First audio first: while the first chunk is decoded, generating the next
                 # frames would take half the cores from it (2 cores, both stages parallel).
-                # (The decoder thread sets it whatever happens, cancel too.)
-                while streaming and not self._first_chunk.wait(POLL_S):
+                while (
+                    streaming and not self._first_chunk.wait(POLL_S) and not self._cancel.is_set()
+                ):
                     pass
         except Exception as err:  # noqa: BLE001 - forwarded to the consumer
             self._frames.put(err)

@@ -497,19 +497,25 @@ class TtsService:
         """The answer ended or its client left (event loop): its queued sentences are dropped
         and its running one is cancelled."""
         self._answers.discard(answer)
+        dropped = self._cancel(lambda q: q.answer is answer)
+        if dropped:
+            _LOGGER.debug("answer for %s closed: %d texts dropped", answer.peer, dropped)
+            self._update(queue_depth=len(self._jobs))
+
+    def _cancel(self, match: Callable[[_Queued], bool]) -> int:
+        """Drops the queued texts that `match` and cancels the running one if it does (any
+        thread); how many were dropped."""
         with self._work:
-            dropped = [q for q in self._jobs if q.answer is answer]
+            dropped = [q for q in self._jobs if match(q)]
             if dropped:
-                self._jobs = deque(q for q in self._jobs if q.answer is not answer)
-            running = self._running if self._running and self._running.answer is answer else None
+                self._jobs = deque(q for q in self._jobs if not match(q))
+            running = self._running if self._running is not None and match(self._running) else None
         for queued in dropped:
             queued.job.cancel()
-            queued.job.audio.put_nowait(_END)
+            queued.job.put(_END)
         if running is not None:
             running.job.cancel()
-        if dropped:
-            _LOGGER.debug("answer for %s closed: %d sentences dropped", answer.peer, len(dropped))
-            self._update(queue_depth=len(self._jobs))
+        return len(dropped)
 
     def synthesize(
         self,
@@ -667,15 +673,8 @@ class TtsService:
         the service takes no more work."""
         with self._work:
             self._stopping = True
-            dropped = list(self._jobs)
-            self._jobs.clear()
-            running = self._running
             self._work.notify()
-        for queued in dropped:
-            queued.job.cancel()
-            queued.job.put(_END)
-        if running is not None:
-            running.job.cancel()
+        self._cancel(lambda q: True)
 
     def shutdown(self, timeout: float = 10.0) -> bool:
         """`stop`, then waits at most `timeout` seconds for the engine thread to end; False
