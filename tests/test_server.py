@@ -42,6 +42,7 @@ from wyoming.tts import (
 from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.errors import SlowClientError
 from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, StreamSentences, split_sentences
+from wyoming_kazeia.health_check import is_loading
 from wyoming_kazeia.server import serve
 from wyoming_kazeia.service import TtsService
 from wyoming_kazeia.settings import EngineSettings
@@ -161,6 +162,23 @@ def test_describe_lists_every_speaker_in_every_language(server: ServerThread) ->
     assert {lang for v in voices.values() for lang in v.languages} == {
         "zh", "en", "de", "it", "pt", "es", "ja", "ko", "fr", "ru"
     }  # fmt: skip
+
+
+def test_no_two_advertised_voices_share_a_label_in_a_language() -> None:
+    """Home Assistant lists a language's voices by label: a library voice in its own language
+    is listed once (`grandma`, not also `grandma-en`), yet `grandma-en` still speaks."""
+    from wyoming_kazeia.voices import VoiceCatalog
+    from wyoming_kazeia.voices.library import StoredVoice
+
+    stored = [StoredVoice("grandma", "clone", "english"), StoredVoice("opa", "clone")]
+    catalog = VoiceCatalog(["vivian"], ["chinese", "english", "french"], stored)
+    for code in ("zh", "en", "fr"):
+        labels = [v.description for v in catalog.voices if code in v.codes]
+        assert len(labels) == len(set(labels)), (code, labels)
+    names = [v.name for v in catalog.voices]
+    assert "grandma" in names and "grandma-fr" in names and "grandma-en" not in names
+    assert "opa" in names and "opa-en" in names  # no language of its own: auto and each
+    assert catalog.choose("grandma-en") == catalog.choose("grandma")
 
 
 # -- one-shot ---------------------------------------------------------------------------------
@@ -624,7 +642,9 @@ def test_home_assistant_sees_a_busy_server_refuse_at_once(engine: Engine) -> Non
 
 
 def test_home_assistant_sees_a_loading_service_refuse_at_once() -> None:
-    """Before its model is loaded the server answers describe, and refuses a synthesis."""
+    """Before its model is loaded the server answers describe with an installed program (so
+    that Home Assistant makes its entity) holding the default voice in every language, says
+    it is loading, and refuses a synthesis."""
     running = ServerThread(TtsService(max_queue=8), f"tcp://127.0.0.1:{free_port()}")
     try:
         running.service.set_loading("downloading Qwen/x: 35%")
@@ -633,10 +653,44 @@ def test_home_assistant_sees_a_loading_service_refuse_at_once() -> None:
         assert "35%" in result.events[0].data["text"]
         info = run(exchange(running.uri, Describe().event(), until="info"))
         program = Info.from_event(info[-1]).tts[0]
-        assert not program.installed and not program.voices
+        assert program.installed and [v.name for v in program.voices] == ["vivian"]
+        assert program.voices[0].installed and "en" in program.voices[0].languages
         assert "loading: downloading Qwen/x: 35%" in (program.description or "")
+        assert is_loading(program)
     finally:
         running.stop()
+
+
+def test_the_announcement_goes_out_once_a_discovering_client_can_describe_the_service() -> None:
+    """Home Assistant describes a service the moment it is announced, once: the zeroconf
+    announcement is made when the socket accepts connections, and then, model or not, describe
+    gives an installed program with a voice (what HA's discovery needs to offer the service)."""
+    service = TtsService(max_queue=8)
+    service.set_loading("downloading Qwen/x: 1%")
+    uri = f"tcp://127.0.0.1:{free_port()}"
+    seen: list[Info] = []
+
+    async def announce(port: int) -> None:  # in place of the mDNS announcement
+        assert uri.endswith(f":{port}")
+        events = await exchange(uri, Describe().event(), until="info")
+        seen.append(Info.from_event(events[-1]))
+
+    async def main() -> None:
+        listening = asyncio.Event()
+        task = asyncio.create_task(serve(service, uri, SAMPLES_PER_CHUNK, announce, listening))
+        await asyncio.wait_for(listening.wait(), 30)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    try:
+        run(main())
+    finally:
+        service.shutdown()
+    (info,) = seen
+    (program,) = info.tts
+    assert program.installed and program.voices and program.voices[0].installed
+    assert is_loading(program)
 
 
 @pytest.fixture

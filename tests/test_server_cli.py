@@ -21,7 +21,7 @@ from kazeia_dev.random_checkpoint import main as random_checkpoint
 from wyoming.client import AsyncClient
 from wyoming.tts import Synthesize, SynthesizeVoice
 
-from wyoming_kazeia.health_check import probe
+from wyoming_kazeia.health_check import probe, ready_programs
 from wyoming_kazeia.models import DEFAULT_MODEL
 from wyoming_kazeia.settings import EngineSettings
 from wyoming_kazeia.voices import DEFAULT_SPEAKER
@@ -160,9 +160,8 @@ def wait_until_ready(proc: subprocess.Popen[str], uri: str) -> list[str]:
         assert time.monotonic() < deadline, "server did not get ready"
         info = asyncio.run(probe(uri, 5)) if _bound(uri) else None
         if info is not None:
-            program = info.tts[0]
-            seen.append(program.description or "")
-            if program.installed:
+            seen.append(info.tts[0].description or "")
+            if ready_programs(info):
                 return seen
         time.sleep(0.02)
 
@@ -441,7 +440,7 @@ def test_many_idle_connections_under_a_file_limit_lock_no_one_out(
             idle.append(socket.create_connection((host, int(port)), timeout=5))
         time.sleep(0.5)
         info = asyncio.run(probe(uri, 5))
-        assert info is not None and info.tts[0].installed
+        assert info is not None and ready_programs(info)
     finally:
         for s in idle:
             s.close()

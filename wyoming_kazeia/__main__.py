@@ -5,10 +5,11 @@
 
 Every option has an environment variable (shown in --help); a flag wins over its variable.
 The socket is bound first: while a first start downloads, converts and loads the model,
-`describe` is answered (the program is not installed yet, its description says how far the
-loading is) and a synthesis is refused with `model-loading`. SIGTERM, SIGHUP and Ctrl-C stop the
-server: what runs is cancelled, and the process ends within STOP_S seconds whatever the engine
-is doing.
+`describe` is answered (the program with the default voice only, its description says how far
+the loading is: see server.build_info) and a synthesis is refused with `model-loading`. The
+zeroconf announcement (--zeroconf) goes out once the socket accepts connections. SIGTERM,
+SIGHUP and Ctrl-C stop the server: what runs is cancelled, and the process ends within STOP_S
+seconds whatever the engine is doing.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .errors import KazeiaError, SettingsError, VoiceError
 from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import KERNEL_ISA, describe_placement, ggml_cpu_features, ggml_cpu_variant
-from .server import serve
+from .server import announce_zeroconf, serve
 from .service import LibraryLook, ModelVoices, TtsService, VoiceModel, in_daemon_thread
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
 from .voices import DEFAULT_SPEAKER, Choice, VoiceCatalog
@@ -219,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _LOGGER.error("%s", err)
         return 1
     service = TtsService(
+        default_voice=args.voice,
         max_queue=args.max_queue,
         max_unsent_bytes=int(args.max_unsent_mb * (1 << 20)),
         library=VoiceLibrary(args.data_dir),
@@ -263,7 +265,7 @@ async def _run(
                     service,
                     args.uri,
                     args.samples_per_chunk,
-                    args.zeroconf,
+                    partial(announce_zeroconf, args.zeroconf) if args.zeroconf else None,
                     listening,
                     args.max_connections,
                     args.idle_timeout or None,

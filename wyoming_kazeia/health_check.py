@@ -2,9 +2,10 @@
 
     python -m wyoming_kazeia.health_check [--uri tcp://127.0.0.1:10200] [--timeout 5]
 
-Exit status 0 when the service answers with an installed TTS program (its model is loaded),
-1 when it answers but is not ready yet (first start: downloading, converting, loading), 2 when
-it does not answer within the timeout. One line on stdout says which.
+Exit status 0 when the service answers with its model loaded, 1 when it answers but is not
+ready yet (first start: downloading, converting, loading: its program's description says so,
+see `loading_description`), 2 when it does not answer within the timeout. One line on stdout
+says which.
 """
 
 from __future__ import annotations
@@ -15,9 +16,26 @@ import sys
 from collections.abc import Sequence
 
 from wyoming.client import AsyncClient
-from wyoming.info import Describe, Info
+from wyoming.info import Describe, Info, TtsProgram
 
 DEFAULT_URI = "tcp://127.0.0.1:10200"
+# How a program's description says that its model is not loaded yet (the server writes it,
+# the health check and the tests read it).
+LOADING_MARK = " (loading: "
+
+
+def loading_description(model: str, loading: str) -> str:
+    """The description of a program whose model is not ready: what the loading is doing."""
+    return f"{model} on Kazeia{LOADING_MARK}{loading})"
+
+
+def is_loading(program: TtsProgram) -> bool:
+    return LOADING_MARK in (program.description or "")
+
+
+def ready_programs(info: Info) -> list[TtsProgram]:
+    """The programs of `info` that are installed with their model loaded."""
+    return [tts for tts in info.tts if tts.installed and not is_loading(tts)]
 
 
 async def _describe(uri: str) -> Info | None:
@@ -56,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if info is None:
         print(f"unhealthy: {args.uri}: {why or 'no info'}")
         return 2
-    ready = [tts for tts in info.tts if tts.installed]
+    ready = ready_programs(info)
     if not ready:
         what = info.tts[0].description if info.tts else "no TTS program"
         print(f"not ready: {what}")

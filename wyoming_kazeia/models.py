@@ -193,6 +193,10 @@ def download(repo_id: str, legacy: Path, progress: Progress = _quiet) -> tuple[P
             folder = snapshot_download(
                 repo_id, allow_patterns=_DOWNLOAD_PATTERNS, local_files_only=True
             )
+            # The cache's snapshot folder exists as soon as one file is there (config.json,
+            # just above): only the files a checkpoint needs make it complete.
+            if not _is_complete_download(Path(folder)):
+                raise LocalEntryNotFoundError(f"{folder} lacks files of the checkpoint")
         except LocalEntryNotFoundError:
             _LOGGER.info("downloading %s into the Hugging Face cache", repo_id)
             with _DownloadProgress(repo_id, config.parents[2], progress):
@@ -213,6 +217,12 @@ def download(repo_id: str, legacy: Path, progress: Progress = _quiet) -> tuple[P
             "(config.json + model.safetensors missing)"
         )
     return path, path.name  # the snapshot folder is named by its revision
+
+
+def _is_complete_download(path: Path) -> bool:
+    needed = ("vocab.json", "merges.txt", "speech_tokenizer/config.json",
+              "speech_tokenizer/model.safetensors")  # fmt: skip
+    return is_checkpoint(path) and all((path / name).is_file() for name in needed)
 
 
 class _DownloadProgress:

@@ -10,6 +10,7 @@ import resource
 import socket
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 from urllib.parse import urlparse
@@ -19,7 +20,9 @@ from wyoming.server import AsyncServer, AsyncTcpServer
 
 from . import __version__
 from .handler import MAX_HEADER_BYTES, Connections, KazeiaEventHandler
+from .health_check import loading_description
 from .service import TtsService
+from .voices import DEFAULT_SPEAKER, LANGUAGE_CODES
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -31,24 +34,25 @@ ATTRIBUTION = Attribution(
 def build_info(service: TtsService) -> Info:
     """What `describe` answers: one TTS program with one voice per speaker and language.
 
-    While the model loads, the program is there but not installed, with no voices, and its
-    description says how far the loading is: Home Assistant adds a service only once it has an
-    installed program, and a user sees why it is not ready yet."""
+    While the model loads (a first start downloads and converts it: minutes), the program is
+    already installed, with one voice, the default one, in every language, and its description
+    says how far the loading is (`loading_description`): Home Assistant adds a service only
+    when it has an installed program and makes its TTS entity only when there is a voice, once,
+    at setup; later it rebuilds the voices from its describe poll. So a service added during a
+    first start gets its entity at once and the model's voices at the first poll after ready,
+    and a synthesis until then is refused with `model-loading`."""
     model = service.model_name or "Qwen3-TTS 12 Hz"
     if not service.ready:
-        return Info(
-            tts=[
-                TtsProgram(
-                    name="kazeia",
-                    description=f"{model} on Kazeia (loading: {service.loading})",
-                    attribution=ATTRIBUTION,
-                    installed=False,
-                    version=__version__,
-                    voices=[],
-                    supports_synthesize_streaming=True,
-                )
-            ]
+        voice = service.default_voice or DEFAULT_SPEAKER
+        waiting = TtsVoice(
+            name=voice,
+            description=f"{voice.replace('_', ' ').title()} (the model is loading)",
+            attribution=ATTRIBUTION,
+            installed=True,
+            version=None,
+            languages=list(LANGUAGE_CODES.values()),
         )
+        return _info(loading_description(model, service.loading), [waiting])
     voices = [
         TtsVoice(
             name=voice.name,
@@ -60,11 +64,15 @@ def build_info(service: TtsService) -> Info:
         )
         for voice in service.voices.voices
     ]
+    return _info(f"{model} on Kazeia's native ggml engine (local, streaming)", voices)
+
+
+def _info(description: str, voices: list[TtsVoice]) -> Info:
     return Info(
         tts=[
             TtsProgram(
                 name="kazeia",
-                description=f"{model} on Kazeia's native ggml engine (local, streaming)",
+                description=description,
                 attribution=ATTRIBUTION,
                 installed=True,
                 version=__version__,
@@ -79,14 +87,16 @@ async def serve(
     service: TtsService,
     uri: str,
     samples_per_chunk: int = 1024,
-    zeroconf_name: str | None = None,
+    announce: Callable[[int], Awaitable[None]] | None = None,
     ready: asyncio.Event | None = None,
     max_connections: int = 64,
     idle_timeout: float | None = 60.0,
 ) -> None:
     """Serves until cancelled (or, for stdio://, until the input ends). The socket is bound
-    before `ready` is set, whether or not the service has its model yet. At most
-    `max_connections` are open at once; one idle for `idle_timeout` seconds is closed."""
+    before `ready` is set, whether or not the service has its model yet. `announce(port)`
+    (the zeroconf announcement) is awaited once the socket accepts connections, so that a
+    client that discovers the service can describe it at once. At most `max_connections` are
+    open at once; one idle for `idle_timeout` seconds is closed."""
     handler = partial(KazeiaEventHandler, _InfoCache(service), service, samples_per_chunk)
     if urlparse(uri).scheme == "stdio":
         await _serve_stdio(handler, ready)
@@ -97,11 +107,13 @@ async def serve(
     handler = partial(handler, connections=connections)
     if isinstance(server, AsyncTcpServer):
         server = _TcpServer(server.host, server.port, connections)
-    if zeroconf_name is not None:
-        await _register_zeroconf(server, zeroconf_name)
     # asyncio's default stream limit (64 KiB) is the handler's MAX_HEADER_BYTES.
     await server.start(handler)
     _LOGGER.info("listening on %s", uri)
+    if announce is not None:
+        if not isinstance(server, AsyncTcpServer):
+            raise ValueError("an announcement needs a tcp:// URI")
+        await announce(server.port)
     if ready is not None:
         ready.set()
     try:
@@ -226,11 +238,11 @@ async def _serve_stdio(handler: partial[KazeiaEventHandler], ready: asyncio.Even
     await handler(reader, writer, finish_on_eof=True).run()
 
 
-async def _register_zeroconf(server: AsyncServer, name: str) -> None:
-    if not isinstance(server, AsyncTcpServer):
-        raise ValueError("--zeroconf needs a tcp:// URI")
+async def announce_zeroconf(name: str, port: int) -> None:
+    """Announces the service over mDNS as Home Assistant's zeroconf discovery looks for it
+    (_wyoming._tcp), on this host's address toward the multicast group."""
     from wyoming.zeroconf import HomeAssistantZeroconf
 
-    zeroconf = HomeAssistantZeroconf(name=name, port=server.port)
+    zeroconf = HomeAssistantZeroconf(name=name, port=port)
     await zeroconf.register_server()
-    _LOGGER.info("zeroconf: announced as %s on port %d", name, server.port)
+    _LOGGER.info("zeroconf: announced as %s on port %d", name, port)

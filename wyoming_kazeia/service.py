@@ -279,7 +279,7 @@ class TtsService:
         self.revision = 0  # bumped whenever what `describe` answers changes
         self._engine: Engine | None = None
         self.voices = VoiceCatalog([], [])
-        self._default_voice = ""
+        self._default_voice = default_voice or ""  # as configured until a model decides
         self.library = library
         self.voice_model = voice_model
         self._library_state: tuple[tuple[str, int, int], ...] | None = None

@@ -219,6 +219,7 @@ async def soak(port: int, pid: int, seconds: float, seed: int) -> Report:
 
 def wait_ready(proc: subprocess.Popen[bytes], port: int) -> None:
     from wyoming_kazeia.health_check import probe as describe_probe
+    from wyoming_kazeia.health_check import ready_programs
 
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -226,7 +227,7 @@ def wait_ready(proc: subprocess.Popen[bytes], port: int) -> None:
             sys.exit(f"soak: the server exited with {proc.returncode} before it was ready")
         with contextlib.suppress(OSError):
             info = asyncio.run(describe_probe(f"tcp://127.0.0.1:{port}", 2))
-            if info is not None and info.tts and info.tts[0].installed:
+            if info is not None and ready_programs(info):
                 return
         time.sleep(0.2)
     sys.exit("soak: the server was not ready within 300 s")

@@ -14,7 +14,7 @@ engine applies a speaker's dialect by itself when the language is Chinese or aut
 
 The voices of the library (cloned, described, instructed: voices/library.py) that the model
 speaks are advertised the same way: `grandma` in its own default language (or automatic) and
-`grandma-fr` in each language.
+`grandma-fr` in each other language.
 """
 
 from __future__ import annotations
@@ -106,15 +106,17 @@ class VoiceCatalog:
                 self.voices.append(Voice(f"{speaker}-{code}", speaker, lang, (code,)))
         names = {v.name for v in self.voices}
         self.stored = [s for s in stored if s.name not in names]  # a speaker's name wins
+        # A library voice with a language of its own is not advertised a second time in that
+        # language (`grandma-en` beside `grandma`, one label twice in a list); the name works.
+        unlisted: list[Voice] = []
         for s in self.stored:
             own = s.language if s.language in self.languages else None
             codes = (LANGUAGE_CODES.get(own, own),) if own else all_codes
             self.voices.append(Voice(s.name, s.speaker or "", own or "auto", codes, s.name))
             for lang, code in zip(self.languages, all_codes, strict=True):
-                self.voices.append(
-                    Voice(f"{s.name}-{code}", s.speaker or "", lang, (code,), s.name)
-                )
-        self._by_name = {v.name: v for v in self.voices}
+                voice = Voice(f"{s.name}-{code}", s.speaker or "", lang, (code,), s.name)
+                (unlisted if lang == own else self.voices).append(voice)
+        self._by_name = {v.name: v for v in [*self.voices, *unlisted]}
         self._language_by_code = {
             **{lang: lang for lang in self.languages},
             **dict(zip(all_codes, self.languages, strict=True)),

@@ -73,14 +73,14 @@ def _free_port() -> int:
 
 def _wait_until_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
     """Until the server answers describe with its model loaded (it listens before that)."""
-    from wyoming_kazeia.health_check import probe
+    from wyoming_kazeia.health_check import probe, ready_programs
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise BenchError(f"the server exited with {proc.returncode} (see its log)")
         info = asyncio.run(probe(f"tcp://127.0.0.1:{port}", 1.0))
-        if info is not None and any(tts.installed for tts in info.tts):
+        if info is not None and ready_programs(info):
             return
         time.sleep(0.2)
     raise BenchError("the server did not get ready")
