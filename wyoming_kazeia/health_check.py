@@ -1,6 +1,9 @@
 """Is the service up? A describe -> info round trip (the rhasspy images' Docker healthcheck).
 
-    python -m wyoming_kazeia.health_check [--uri tcp://127.0.0.1:10200] [--timeout 5]
+    python -m wyoming_kazeia.health_check [--uri URI] [--timeout 5]
+
+The URI defaults to the server's own setting, KZTTS_URI (a tcp:// host of 0.0.0.0 or :: is
+probed on the loopback), else tcp://127.0.0.1:10200: in the image one variable moves both.
 
 Exit status 0 when the service answers with its model loaded, 1 when it answers but is not
 ready yet (first start: downloading, converting, loading: its program's description says so,
@@ -12,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
+from urllib.parse import urlparse
 
 from wyoming.client import AsyncClient
 from wyoming.info import Describe, Info, TtsProgram
@@ -63,11 +68,22 @@ async def _probe(uri: str, timeout: float) -> tuple[Info | None, str]:
         return None, err.strerror or str(err)
 
 
+def server_uri(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """Where the server listens by its KZTTS_URI, as a client reaches it."""
+    uri = environ.get("KZTTS_URI") or DEFAULT_URI
+    parsed = urlparse(uri)
+    if parsed.scheme == "tcp" and parsed.hostname in (None, "", "0.0.0.0", "::"):
+        return f"tcp://127.0.0.1:{parsed.port or 10200}"
+    return uri
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m wyoming_kazeia.health_check", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--uri", default=DEFAULT_URI, help=f"the service (default {DEFAULT_URI})")
+    parser.add_argument(
+        "--uri", default=server_uri(), help=f"the service (default: KZTTS_URI, else {DEFAULT_URI})"
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     args = parser.parse_args(argv)
     info, why = asyncio.run(_probe(args.uri, args.timeout))
