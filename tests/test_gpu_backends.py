@@ -244,19 +244,31 @@ def test_frames_on_a_gpu_stream_what_generate_returns(
     assert np.array_equal(np.stack(list(gpu.frames(*args, **greedy))), codes)
 
 
+SAMPLINGS = [
+    {"greedy": True, "repetition_penalty": 1.0},
+    {"greedy": True},  # the model's repetition penalty, 1.05
+    {"seed": 7},  # the model's own: temperature 0.9, top-k 50, penalty 1.05
+    {"seed": 5, "repetition_penalty": 1.5},
+    {"seed": 11, "top_k": 0, "temperature": 1.3},
+    {"seed": 3, "top_p": 0.9},
+    {"seed": 13, "top_k": 0, "top_p": 0.8},
+]
+
+
+def _samplings_per_model() -> list[Any]:
+    """Every sampling on the first model; the first three on the others (the device's draws do
+    not depend on the model's size, and on lavapipe a top-p over the whole vocabulary costs
+    minutes a model)."""
+    return [
+        pytest.param(model, sampling, id=f"{model}-{i}")
+        for model in REFERENCE_MODELS
+        for i, sampling in enumerate(SAMPLINGS)
+        if model == REFERENCE_MODELS[0] or i < 3
+    ]
+
+
 @needs_gpu
-@pytest.mark.parametrize(
-    "sampling",
-    [
-        {"greedy": True, "repetition_penalty": 1.0},
-        {"greedy": True},  # the model's repetition penalty, 1.05
-        {"seed": 7},  # the model's own: temperature 0.9, top-k 50, penalty 1.05
-        {"seed": 5, "repetition_penalty": 1.5},
-        {"seed": 11, "top_k": 0, "temperature": 1.3},
-        {"seed": 3, "top_p": 0.9},
-        {"seed": 13, "top_k": 0, "top_p": 0.8},
-    ],
-)
+@pytest.mark.parametrize(("on_gpu", "sampling"), _samplings_per_model(), indirect=["on_gpu"])
 def test_a_frame_on_a_gpu_is_one_computation_drawing_the_codes_of_the_cpu(
     on_gpu: tuple[str, Generator, Generator], sampling: dict[str, Any]
 ) -> None:
