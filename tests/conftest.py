@@ -21,7 +21,8 @@ from wyoming_kazeia.convert import convert, convert_part, part_metadata, part_te
 # for tests/test_gpu_backends.py. Set before anything asks ggml for its devices.
 os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
 
-DATA = Path(__file__).parent / "data"
+# A hidden folder: the add-on store takes any config.json outside one for an add-on.
+DATA = Path(__file__).parent / ".data"
 REFERENCE = DATA / "reference"
 REFERENCE_MODELS = ("tiny-0.6b", "tiny-1.7b")  # CustomVoice
 CLONE_MODELS = ("tiny-base-0.6b", "tiny-base-1.7b")  # Base
@@ -29,7 +30,7 @@ DESIGN_MODELS = ("tiny-design-1.7b",)  # VoiceDesign
 
 
 def ref_array(model: str, name: str) -> np.ndarray:
-    """An array computed by the official implementation (see tests/data/README.md)."""
+    """An array computed by the official implementation (see tests/.data/README.md)."""
     return np.load(REFERENCE / model / "ref" / f"{name}.npy")
 
 

@@ -3,7 +3,7 @@
 Only the tiny sizes are written to disk here; the full sizes are checked through their tensor
 specifications (names, shapes, dtypes), which is what the generator streams to disk.
 The tiny reference checkpoints (official implementation, see shared/reference/README.md) are used
-when they can be found: $KAZEIA_REFERENCE_DIR, tests/data/reference or ../shared/reference.
+when they can be found: $KAZEIA_REFERENCE_DIR, tests/.data/reference or ../shared/reference.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def sha256(path: Path) -> str:
 def reference_root() -> Path | None:
     env = os.environ.get("KAZEIA_REFERENCE_DIR")
     candidates = [Path(env)] if env else []
-    candidates += [REPO / "tests" / "data" / "reference", REPO.parent / "shared" / "reference"]
+    candidates += [REPO / "tests" / ".data" / "reference", REPO.parent / "shared" / "reference"]
     for root in candidates:
         if (root / "tiny-0.6b" / "model" / "config.json").is_file():
             return root

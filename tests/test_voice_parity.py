@@ -1,7 +1,7 @@
 """Voices beyond the built-in speakers against the official implementation's outputs: Base
 cloning (x-vector only and in context), CustomVoice 1.7B with an instruction, VoiceDesign.
 
-The reference sets (tests/data/reference/tiny-base-*, tiny-design-1.7b, and the instruct arrays
+The reference sets (tests/.data/reference/tiny-base-*, tiny-design-1.7b, and the instruct arrays
 of tiny-1.7b) come from `script/make-reference`. Here the engine takes the official speaker
 embedding and reference codes as its inputs, so these tests pin down the prompt layouts and the
 generation; the encoders that compute those inputs have their own tests.

@@ -2,7 +2,7 @@
 
 Runs the official PyPI package ``qwen-tts`` (fp32, CPU) on a checkpoint in the Hugging Face
 layout and writes the arrays the parity tests compare against (the same set, names, shapes and
-dtypes as ``tests/data/reference/*/ref``; ``manifest.json`` describes each one)::
+dtypes as ``tests/.data/reference/*/ref``; ``manifest.json`` describes each one)::
 
     script/make-reference CHECKPOINT_DIR OUT_DIR \
         [--inputs DIR] [--parts decoder,talker,instruct,clone,design] [--compare REF_DIR]
