@@ -31,12 +31,17 @@ RUN apt-get update \
     && python3 -m venv /opt/build
 ENV PATH=/opt/build/bin:${PATH}
 WORKDIR /src
-COPY . .
+# ggml first, from what its build reads only: a change elsewhere keeps this layer.
+COPY pyproject.toml ./
+COPY script/ggml-wheel script/gpu-deps script/
 RUN if [ "${BACKEND}" != "cpu" ]; then PYTHON=python script/gpu-deps "${BACKEND}"; fi \
     && if [ "$(uname -m)" = "x86_64" ] || [ "${BACKEND}" != "cpu" ]; then \
         PYTHON=python CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
-            script/ggml-wheel --backend "${BACKEND}" --install \
-        && PATH="$(ls -d /src/build/cuda-deps/nvidia/cu*/bin 2>/dev/null || true):${PATH}" \
+            script/ggml-wheel --backend "${BACKEND}" --install >/dev/null ; \
+    fi
+COPY . .
+RUN if [ "$(uname -m)" = "x86_64" ] || [ "${BACKEND}" != "cpu" ]; then \
+        PATH="$(ls -d /src/build/cuda-deps/nvidia/cu*/bin 2>/dev/null || true):${PATH}" \
             pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels . ; \
     else \
         pip wheel --no-cache-dir --wheel-dir /wheels . ; \

@@ -43,7 +43,7 @@ from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.errors import SlowClientError
 from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, StreamSentences, split_sentences
 from wyoming_kazeia.health_check import is_loading
-from wyoming_kazeia.server import serve
+from wyoming_kazeia.server import build_info, serve
 from wyoming_kazeia.service import TtsService
 from wyoming_kazeia.settings import EngineSettings
 from wyoming_kazeia.voices import DEFAULT_SPEAKER
@@ -691,6 +691,44 @@ def test_the_announcement_goes_out_once_a_discovering_client_can_describe_the_se
     (program,) = info.tts
     assert program.installed and program.voices and program.voices[0].installed
     assert is_loading(program)
+
+
+def test_a_failed_announcement_is_a_warning_and_the_service_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No multicast route (a container without one, say): the service is added by hand."""
+    service = TtsService(max_queue=8)
+    service.set_loading("downloading Qwen/x: 1%")
+    uri = f"tcp://127.0.0.1:{free_port()}"
+
+    async def announce(port: int) -> None:
+        raise OSError(101, "Network is unreachable")
+
+    async def main() -> Info:
+        listening = asyncio.Event()
+        task = asyncio.create_task(serve(service, uri, SAMPLES_PER_CHUNK, announce, listening))
+        await asyncio.wait_for(listening.wait(), 30)
+        events = await exchange(uri, Describe().event(), until="info")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return Info.from_event(events[-1])
+
+    try:
+        info = run(main())
+    finally:
+        service.shutdown()
+    assert info.tts[0].installed
+    assert "the announcement failed (" in caplog.text and "add the service by hand" in caplog.text
+
+
+def test_a_configured_voice_of_one_language_is_listed_in_it_while_loading() -> None:
+    service = TtsService(default_voice="Ryan-FR", max_queue=8)
+    try:
+        (voice,) = build_info(service).tts[0].voices
+    finally:
+        service.shutdown()
+    assert voice.name == "ryan-fr" and voice.languages == ["fr"]
 
 
 @pytest.fixture

@@ -35,22 +35,25 @@ def build_info(service: TtsService) -> Info:
     """What `describe` answers: one TTS program with one voice per speaker and language.
 
     While the model loads (a first start downloads and converts it: minutes), the program is
-    already installed, with one voice, the default one, in every language, and its description
-    says how far the loading is (`loading_description`): Home Assistant adds a service only
+    already installed, with one voice, the configured default (in its language, or in every
+    one), and its description says how far the loading is (`loading_description`); a model
+    without that voice (a Base model's) drops it once loaded: Home Assistant adds a service only
     when it has an installed program and makes its TTS entity only when there is a voice, once,
     at setup; later it rebuilds the voices from its describe poll. So a service added during a
     first start gets its entity at once and the model's voices at the first poll after ready,
     and a synthesis until then is refused with `model-loading`."""
     model = service.model_name or "Qwen3-TTS 12 Hz"
     if not service.ready:
-        voice = service.default_voice or DEFAULT_SPEAKER
+        voice = (service.default_voice or DEFAULT_SPEAKER).strip().lower()
+        speaker, _, code = voice.rpartition("-")
+        codes = [code] if speaker and code in LANGUAGE_CODES.values() else []
         waiting = TtsVoice(
             name=voice,
             description=f"{voice.replace('_', ' ').title()} (the model is loading)",
             attribution=ATTRIBUTION,
             installed=True,
             version=None,
-            languages=list(LANGUAGE_CODES.values()),
+            languages=codes or list(LANGUAGE_CODES.values()),
         )
         return _info(loading_description(model, service.loading), [waiting])
     voices = [
@@ -110,10 +113,11 @@ async def serve(
     # asyncio's default stream limit (64 KiB) is the handler's MAX_HEADER_BYTES.
     await server.start(handler)
     _LOGGER.info("listening on %s", uri)
-    if announce is not None:
-        if not isinstance(server, AsyncTcpServer):
-            raise ValueError("an announcement needs a tcp:// URI")
-        await announce(server.port)
+    if announce is not None and isinstance(server, AsyncTcpServer):
+        try:
+            await announce(server.port)
+        except OSError as err:  # no multicast route, say: the service serves all the same
+            _LOGGER.warning("the announcement failed (%s): add the service by hand", err)
     if ready is not None:
         ready.set()
     try:
