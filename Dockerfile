@@ -68,11 +68,12 @@ ENV PATH=/opt/kazeia/bin:${PATH} \
     KZTTS_URI=tcp://0.0.0.0:10200 \
     KZTTS_DATA_DIR=/data \
     HF_HOME=/data/hf-cache
-# The only wyoming-kazeia in /wheels is the one just built: no version to pin. CUDA's libraries
+# The only wyoming-kazeia in the build's /wheels is the one just built: no version to pin. They
+# are mounted at /mnt, which exists, so that no empty mount point stays. CUDA's libraries
 # from PyPI are made known to the dynamic loader (a CPU image has no such path).
 # hadolint ignore=DL3013
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels wyoming-kazeia \
+RUN --mount=type=bind,from=build,source=/wheels,target=/mnt \
+    pip install --no-cache-dir --no-index --find-links /mnt wyoming-kazeia \
     && if [ "${BACKEND}" = "cuda" ]; then \
         pip install --no-cache-dir "nvidia-cuda-runtime==${CUDA_MAJOR}.*" \
             "nvidia-cublas==${CUDA_MAJOR}.*" \
