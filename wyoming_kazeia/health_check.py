@@ -5,10 +5,11 @@
 The URI defaults to the server's own setting, KZTTS_URI (a tcp:// host of 0.0.0.0 or :: is
 probed on the loopback), else tcp://127.0.0.1:10200: in the image one variable moves both.
 
-Exit status 0 when the service answers with its model loaded, 1 when it answers but is not
-ready yet (first start: downloading, converting, loading: its program's description says so,
-see `loading_description`), 2 when it does not answer within the timeout. One line on stdout
-says which.
+Exit status 0 when the service answers: its model loaded ("healthy: ..."), or still loading
+("loading: ..." a first start downloading and converting it: its program's description says
+so, see `loading_description`), so that a slow first start is never taken for a dead service
+and restarted; 1 when it does not answer within the timeout (Docker's unhealthy; its 2 is
+reserved). One line on stdout says which.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def server_uri(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
     """Where the server listens by its KZTTS_URI, as a client reaches it."""
     uri = environ.get("KZTTS_URI") or DEFAULT_URI
     parsed = urlparse(uri)
-    if parsed.scheme == "tcp" and parsed.hostname in (None, "", "0.0.0.0", "::"):
+    if parsed.scheme == "tcp" and parsed.hostname in (None, "", "0.0.0.0"):
         return f"tcp://127.0.0.1:{parsed.port or 10200}"
+    if parsed.scheme == "tcp" and parsed.hostname == "::":  # an IPv6-only socket
+        return f"tcp://[::1]:{parsed.port or 10200}"
     return uri
 
 
@@ -89,12 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     info, why = asyncio.run(_probe(args.uri, args.timeout))
     if info is None:
         print(f"unhealthy: {args.uri}: {why or 'no info'}")
-        return 2
+        return 1
     ready = ready_programs(info)
     if not ready:
         what = info.tts[0].description if info.tts else "no TTS program"
-        print(f"not ready: {what}")
-        return 1
+        print(f"loading: {what}")
+        return 0
     print(f"healthy: {ready[0].description} ({len(ready[0].voices)} voices)")
     return 0
 

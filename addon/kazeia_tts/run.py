@@ -78,7 +78,7 @@ class Supervisor:
         """The MQTT service's address and account, None when Home Assistant has none."""
         try:
             return self._call("GET", "/services/mqtt") or None
-        except OSError:  # urllib's HTTPError (400: no such service) included
+        except (OSError, ValueError):  # HTTPError (400: no such service), a reply not JSON
             return None
 
     def announce(self, uri: str) -> None:
@@ -109,19 +109,36 @@ def main() -> int:
     options = json.loads(OPTIONS.read_text())
     token = os.environ.get("SUPERVISOR_TOKEN")
     supervisor = Supervisor(SUPERVISOR, token or "")
-    mqtt = supervisor.mqtt() if token else None
-    with tempfile.NamedTemporaryFile("w", prefix="mqtt-", delete=False) as secret:
-        os.chmod(secret.name, 0o600)
-        secret.write(str((mqtt or {}).get("password", "")))
-    flags = server_flags(options, mqtt, secret.name)
-    server = subprocess.Popen([sys.executable, "-m", "wyoming_kazeia", *flags])
+    stop: list[int] = []  # a signal that came before the server was started
+    server: subprocess.Popen[bytes] | None = None
+
+    def forward(number: int, _frame: object) -> None:
+        if server is None:
+            stop.append(number)
+        else:
+            server.send_signal(number)
+
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(number, lambda n, _frame: server.send_signal(n))
+        signal.signal(number, forward)
+    mqtt = supervisor.mqtt() if token else None
+    secret = "/run/kazeia-mqtt-password"
+    if mqtt and mqtt.get("password"):
+        # mkstemp's file is this user's alone (0600); it lives as long as the container.
+        fd, secret = tempfile.mkstemp(prefix="kazeia-mqtt-")
+        with os.fdopen(fd, "w") as file:
+            file.write(str(mqtt["password"]))
+    flags = server_flags(options, mqtt, secret)
+    _LOGGER.info("server flags: %s", " ".join(flags))
+    if stop:
+        return 128 + stop[0]
+    env = {k: v for k, v in os.environ.items() if k != "SUPERVISOR_TOKEN"}
+    server = subprocess.Popen([sys.executable, "-m", "wyoming_kazeia", *flags], env=env)
     if token:
         announce_when_ready(supervisor, server)
     else:
         _LOGGER.info("no SUPERVISOR_TOKEN: not run by the Supervisor, no discovery sent")
-    return server.wait()
+    code = server.wait()
+    return 128 - code if code < 0 else code
 
 
 if __name__ == "__main__":
