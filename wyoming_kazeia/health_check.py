@@ -69,14 +69,17 @@ async def _probe(uri: str, timeout: float) -> tuple[Info | None, str]:
         return None, err.strerror or str(err)
 
 
-def server_uri(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+def server_uri() -> str:
     """Where the server listens by its KZTTS_URI, as a client reaches it."""
-    uri = environ.get("KZTTS_URI") or DEFAULT_URI
+    uri = os.environ.get("KZTTS_URI") or DEFAULT_URI
     parsed = urlparse(uri)
-    if parsed.scheme == "tcp" and parsed.hostname in (None, "", "0.0.0.0"):
-        return f"tcp://127.0.0.1:{parsed.port or 10200}"
-    if parsed.scheme == "tcp" and parsed.hostname == "::":  # an IPv6-only socket
-        return f"tcp://[::1]:{parsed.port or 10200}"
+    if parsed.scheme != "tcp":
+        return uri
+    port = parsed.port or urlparse(DEFAULT_URI).port
+    if parsed.hostname in (None, "", "0.0.0.0"):
+        return f"tcp://127.0.0.1:{port}"
+    if parsed.hostname == "::":  # an IPv6-only socket
+        return f"tcp://[::1]:{port}"
     return uri
 
 

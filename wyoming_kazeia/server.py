@@ -22,7 +22,7 @@ from . import __version__
 from .handler import MAX_HEADER_BYTES, Connections, KazeiaEventHandler
 from .health_check import loading_description
 from .service import TtsService
-from .voices import DEFAULT_SPEAKER, LANGUAGE_CODES
+from .voices import DEFAULT_SPEAKER, LANGUAGE_CODES, language_code_of
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -45,15 +45,14 @@ def build_info(service: TtsService) -> Info:
     model = service.model_name or "Qwen3-TTS 12 Hz"
     if not service.ready:
         voice = (service.default_voice or DEFAULT_SPEAKER).strip().lower()
-        speaker, _, code = voice.rpartition("-")
-        codes = [code] if speaker and code in LANGUAGE_CODES.values() else []
+        code = language_code_of(voice)
         waiting = TtsVoice(
             name=voice,
             description=f"{voice.replace('_', ' ').title()} (the model is loading)",
             attribution=ATTRIBUTION,
             installed=True,
             version=None,
-            languages=codes or list(LANGUAGE_CODES.values()),
+            languages=[code] if code else list(LANGUAGE_CODES.values()),
         )
         return _info(loading_description(model, service.loading), [waiting])
     voices = [

@@ -62,6 +62,13 @@ def model_language(language: str | None) -> str | None:
     )
 
 
+def language_code_of(name: str) -> str | None:
+    """The language code a voice name carries (`vivian-fr` -> "fr"; `vivian` -> None), by the
+    naming above, without a model."""
+    speaker, _, code = name.strip().lower().rpartition("-")
+    return code if speaker and code in LANGUAGE_CODES.values() else None
+
+
 @dataclass(frozen=True)
 class Voice:
     name: str
