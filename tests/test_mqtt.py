@@ -44,6 +44,7 @@ ENTITIES = {
     ("select", "backend"),
     ("number", "stream_chunk"),
     ("number", "temperature"),
+    ("switch", "speakable_text"),
     ("sensor", "ttfa"),
     ("sensor", "rtf"),
     ("sensor", "audio_seconds"),
@@ -238,6 +239,8 @@ def test_discovery_and_retained_states(service: TtsService, broker: Broker) -> N
                 assert value in payload["options"]
             elif component == "number":
                 assert payload["min"] <= float(value) <= payload["max"]
+            elif component == "switch":  # Home Assistant's default payloads
+                assert value in ("ON", "OFF") and "payload_on" not in payload
             else:  # nothing synthesized yet: Home Assistant's "unknown"
                 assert value in ("None", "0")
         assert len(unique_ids) == len(ENTITIES)
@@ -250,6 +253,7 @@ def test_discovery_and_retained_states(service: TtsService, broker: Broker) -> N
         assert by_key["served"]["state_class"] == "total_increasing"
         assert late.last(f"{NODE}/default_voice/state") == service.default_voice
         assert late.last(f"{NODE}/temperature/state") == "0.9"  # the model's own when unset
+        assert late.last(f"{NODE}/speakable_text/state") == "ON"
 
     run(scenario())
 
@@ -339,12 +343,13 @@ def test_commands_apply_to_the_next_synthesis(service: TtsService, broker: Broke
                 ("backend", "auto", "auto"),
                 ("backend", "cpu", "cpu"),
                 ("default_voice", "serena-en", "serena-en"),
+                ("speakable_text", "OFF", "OFF"),
             ]:
                 await ha.client.publish(f"{NODE}/{key}/set", payload)
                 await until(lambda k=key, e=expected: state(ha, k) == e)  # type: ignore[misc]
             assert service.settings.stream_chunk == 8
             assert service.settings.temperature == 0.5 and service.settings.threads == 1
-            assert service.default_voice == "serena-en"
+            assert service.default_voice == "serena-en" and not service.settings.speakable_text
 
             # Nothing restarted: the next synthesis runs with the new settings.
             chunks = await synthesize(service)
@@ -381,6 +386,7 @@ def test_bad_commands_are_rejected_and_the_state_republished(
                 ("threads", "999"),
                 ("backend", "gpu"),
                 ("backend", "cuda:7"),
+                ("speakable_text", "on"),
                 ("default_voice", "nobody"),
                 ("default_voice", ""),
                 ("default_voice", "x" * (1 << 20)),  # a megabyte: a few lines of log at most

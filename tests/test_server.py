@@ -947,6 +947,115 @@ def test_a_streams_failed_sentence_says_so_before_its_audio_stop(
     assert types.index("error") < types.index("audio-stop")
 
 
+# -- speakable text and SSML ------------------------------------------------------------------
+
+LLM_ANSWER = "## Lights\n\n- **Kitchen**: on 💡\n- [Hall](http://ha.local/hall): *off*"
+LLM_SPOKEN = ["Lights.", "Kitchen: on.", "Hall: off."]
+
+
+def sentences_pcm(engine: Engine, sentences: list[str]) -> np.ndarray:
+    return np.concatenate([engine_pcm(engine, s, DEFAULT_SPEAKER) for s in sentences])
+
+
+def test_a_markdown_answer_is_spoken_as_its_plain_text(
+    server: ServerThread, engine: Engine
+) -> None:
+    events = run(exchange(server.uri, Synthesize(LLM_ANSWER).event()))
+    assert [e.type for e in events][-1] == "audio-stop"
+    assert np.array_equal(audio_of(events), sentences_pcm(engine, LLM_SPOKEN))
+
+
+def test_a_streamed_markdown_answer_is_spoken_as_its_plain_text(
+    server: ServerThread, engine: Engine
+) -> None:
+    pieces = [LLM_ANSWER[at : at + 3] for at in range(0, len(LLM_ANSWER), 3)]  # markup split
+
+    async def go() -> list[Event]:
+        async with AsyncClient.from_uri(server.uri) as client:
+            await client.write_event(SynthesizeStart().event())
+            for piece in pieces:
+                await client.write_event(SynthesizeChunk(piece).event())
+            await client.write_event(SynthesizeStop().event())
+            return await read_until(client, "synthesize-stopped")
+
+    events = run(go())
+    types = [e.type for e in events]
+    assert "error" not in types and types.count("audio-start") == len(LLM_SPOKEN)
+    starts = [i for i, t in enumerate(types) if t == "audio-start"]
+    stops = [i for i, t in enumerate(types) if t == "audio-stop"]
+    for a, b, sentence in zip(starts, stops, LLM_SPOKEN, strict=True):
+        assert np.array_equal(audio_of(events[a:b]), engine_pcm(engine, sentence, DEFAULT_SPEAKER))
+
+
+def test_with_speakable_text_off_the_text_is_spoken_as_sent(
+    server: ServerThread, engine: Engine
+) -> None:
+    server.service.update_settings(speakable_text=False)
+    try:
+        events = run(exchange(server.uri, Synthesize("**Kitchen** on").event()))
+        # sentence-stream itself drops asterisks around words: the rest stays as sent.
+        kitchen = engine_pcm(engine, "Kitchen on", DEFAULT_SPEAKER)
+        assert np.array_equal(audio_of(events), kitchen)
+        events = run(exchange(server.uri, Synthesize("Hi 💡 [x](http://a.b)").event()))
+        sent = engine_pcm(engine, "Hi 💡 [x](http://a.b)", DEFAULT_SPEAKER)
+        assert np.array_equal(audio_of(events), sent)
+    finally:
+        server.service.update_settings(speakable_text=True)
+
+
+def ssml(text: str) -> Event:
+    event = Synthesize(text).event()
+    event.data["text_format"] = "ssml"
+    return event
+
+
+def test_ssml_is_spoken_without_tags_and_a_break_is_silence(
+    server: ServerThread, engine: Engine
+) -> None:
+    document = '<speak>Kitchen <emphasis>on</emphasis>.<break time="250ms"/>Hall off.</speak>'
+    events = run(exchange(server.uri, ssml(document)))
+    assert [e.type for e in events][-1] == "audio-stop"
+    pause = np.zeros(24000 // 4, np.int16)
+    expected = [engine_pcm(engine, "Kitchen on.", DEFAULT_SPEAKER), pause]
+    expected.append(engine_pcm(engine, "Hall off.", DEFAULT_SPEAKER))
+    assert np.array_equal(audio_of(events), np.concatenate(expected))
+
+
+def test_streamed_ssml_is_spoken_at_its_stop(server: ServerThread, engine: Engine) -> None:
+    async def go(document: list[str]) -> list[Event]:
+        async with AsyncClient.from_uri(server.uri) as client:
+            start = SynthesizeStart().event()
+            start.data["text_format"] = "ssml"
+            await client.write_event(start)
+            for piece in document:
+                await client.write_event(SynthesizeChunk(piece).event())
+            await client.write_event(SynthesizeStop().event())
+            events = await read_until(client, "synthesize-stopped")
+            if events[-1].type == "error":  # the stream goes on to its end
+                events += await read_until(client, "synthesize-stopped")
+            return events
+
+    events = run(go(["<speak>Kitchen", " <emphasis>on</emph", "asis>.</speak>"]))
+    assert events[-1].type == "synthesize-stopped" and "error" not in [e.type for e in events]
+    assert np.array_equal(audio_of(events), engine_pcm(engine, "Kitchen on.", DEFAULT_SPEAKER))
+    # Malformed: one bad-request, and the stream still ends as streams end.
+    events = run(go(["<speak>Kitchen <break>", "</speak>"]))
+    types = [e.type for e in events]
+    assert types == ["error", "synthesize-stopped"]
+    assert events[0].data["code"] == "bad-request" and "malformed SSML" in events[0].data["text"]
+
+
+def test_malformed_ssml_is_one_bad_request(server: ServerThread) -> None:
+    for document in ("<speak>unclosed", '<speak>a<break time="soon"/></speak>'):
+        events = run(exchange(server.uri, ssml(document)))
+        assert [e.type for e in events] == ["error"]  # and the connection closed
+        assert events[0].data["code"] == "bad-request"
+    event = Synthesize("x").event()
+    event.data["text_format"] = "html"
+    events = run(exchange(server.uri, event))
+    assert [e.type for e in events] == ["error"] and "unknown text_format" in events[0].data["text"]
+
+
 def test_ping_is_answered_with_pong(server: ServerThread) -> None:
     events = run(exchange(server.uri, Ping(text="are you there").event(), until="pong"))
     assert [e.type for e in events] == ["pong"] and events[0].data["text"] == "are you there"

@@ -78,6 +78,10 @@ class ProtocolError(KazeiaError, ValueError):
     """Malformed input: answered with an `error`, then the connection is closed."""
 
 
+class SsmlError(KazeiaError, ValueError):
+    """A text said to be SSML that is not well-formed, or a bad <break>: a `bad-request`."""
+
+
 # What an error text or a log line quotes of a client's input at most: a request's size must
 # never decide a log line's.
 QUOTE_CHARS = 200

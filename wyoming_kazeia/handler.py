@@ -15,6 +15,11 @@ in order, to the connection's speaking task, which streams the audio as the engi
     synthesize-start (inside one) ends the open stream as synthesize-stop would (its text is
                                   spoken), then opens the new one
 
+Text is made speakable on its way to the sentence splitter (`speakable`: Markdown, HTML,
+links and emoji as a person would read them; the speakable_text setting turns it off). A text
+whose `text_format` is "ssml" is an SSML document: spoken without its tags, a `<break>` a pause
+of its length; an SSML stream is spoken at its synthesize-stop, once the document is whole.
+
 A one-shot `synthesize` that fails (unknown voice or speaker, server busy, model still loading,
 a synthesis that fails before or during its audio) gets an `error` and then the connection is
 closed, without `audio-stop`: Home Assistant's client ignores `error` events and reads until
@@ -62,10 +67,12 @@ from .errors import (
     ProtocolError,
     ServiceBusyError,
     SlowClientError,
+    SsmlError,
     VoiceError,
     quoted,
 )
 from .service import Answer, AudioStream, TtsService
+from .speakable import Pause, SpeakableText, ssml_parts
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -148,6 +155,7 @@ class _Utterance:
     answer: Answer | None  # its place in the service's queue (None: refused on arrival)
     one_shot: bool = False  # a `synthesize` request (not a sentence of a stream)
     refusal: Exception | None = None  # why it was refused on arrival, said in turn
+    ssml: bool = False  # the text is an SSML document
 
 
 @dataclass
@@ -163,6 +171,7 @@ _ERROR_CODES: dict[type[Exception], str] = {
     ServiceBusyError: "server-busy",
     NotReadyError: "model-loading",
     SlowClientError: "client-too-slow",
+    SsmlError: "bad-request",
 }
 
 
@@ -232,6 +241,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         self._to_speak: asyncio.Queue[Any] = asyncio.Queue()
         self._speaking: asyncio.Task[None] | None = None
         self._stream: StreamSentences | None = None
+        self._stream_ssml: list[str] | None = None  # an SSML stream's text so far
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_ok = False
         self._stream_answer: Answer | None = None
@@ -366,7 +376,8 @@ class KazeiaEventHandler(AsyncEventHandler):
                     self.peer,
                 )
                 await self._end_stream()
-            self._stream, self._stream_voice = StreamSentences(), start.voice
+            self._stream, self._stream_voice = StreamSentences(self._speakable()), start.voice
+            self._stream_ssml = [] if _is_ssml(event) else None
             # Check the voice and take the stream's place now: one error for the stream, not
             # one per sentence.
             self._stream_answer = await self._admit_stream(start.voice)
@@ -375,6 +386,11 @@ class KazeiaEventHandler(AsyncEventHandler):
             chunk = _parse(SynthesizeChunk, event)
             if self._stream is None:
                 raise ProtocolError("synthesize-chunk outside a synthesize-start/stop stream")
+            if self._stream_ssml is not None:  # a document: spoken once it is whole
+                self._stream_ssml.append(chunk.text)
+                if sum(map(len, self._stream_ssml)) > MAX_DATA_BYTES:
+                    raise ProtocolError(f"an SSML stream longer than {MAX_DATA_BYTES} characters")
+                return True
             for sentence in await _sentences_in_turns(self._stream, chunk.text):
                 self._speak(sentence, self._stream_voice)
         elif Synthesize.is_type(event.type):
@@ -388,7 +404,8 @@ class KazeiaEventHandler(AsyncEventHandler):
                     answer, refusal = self.service.admit(self.peer), None
                 except (ServiceBusyError, NotReadyError) as err:
                     answer, refusal = None, err
-                self._queue(_Utterance(request.text, request.voice, answer, True, refusal))
+                ssml = _is_ssml(event)
+                self._queue(_Utterance(request.text, request.voice, answer, True, refusal, ssml))
         elif SynthesizeStop.is_type(event.type):
             if self._stream is None:
                 raise ProtocolError("synthesize-stop without synthesize-start")
@@ -400,9 +417,14 @@ class KazeiaEventHandler(AsyncEventHandler):
     async def _end_stream(self) -> None:
         """The open stream's last text is spoken, then it ends (synthesize-stopped)."""
         assert self._stream is not None
-        for sentence in self._stream.finish():  # at most MAX_SENTENCE_CHARS held
-            self._speak(sentence, self._stream_voice)
-        self._stream = None
+        if self._stream_ssml is not None:
+            if self._stream_ok:
+                text = "".join(self._stream_ssml)
+                self._queue(_Utterance(text, self._stream_voice, self._stream_answer, ssml=True))
+        else:
+            for sentence in self._stream.finish():  # at most MAX_SENTENCE_CHARS held
+                self._speak(sentence, self._stream_voice)
+        self._stream, self._stream_ssml = None, None
         self._queue(_StreamEnd(self._stream_answer))
         self._stream_answer = None
 
@@ -415,6 +437,10 @@ class KazeiaEventHandler(AsyncEventHandler):
         except (VoiceError, NotReadyError, ServiceBusyError) as err:
             await self._refuse(err, "stream")
             return None
+
+    def _speakable(self) -> bool:
+        """Whether text is made speakable (the setting, as it is now)."""
+        return self.service.settings.speakable_text
 
     def _speak(self, text: str, voice: SynthesizeVoice | None) -> None:
         """Queues a sentence of a stream; empty sentences and a refused stream say nothing."""
@@ -463,7 +489,14 @@ class KazeiaEventHandler(AsyncEventHandler):
             await self.service.refresh_voices()
             chosen = self.service.resolve_voice(name, speaker, language)
             # The sentences follow each other on the engine with no other request in between.
-            sentences = await _sentences_in_turns(StreamSentences(), utterance.text, end=True)
+            # A stream's sentences are speakable already.
+            sentences: list[str | Pause]
+            if utterance.ssml:
+                sentences = await _ssml_sentences(utterance.text)
+            else:
+                speakable = utterance.one_shot and self._speakable()
+                stream = StreamSentences(speakable)
+                sentences = list(await _sentences_in_turns(stream, utterance.text, end=True))
             audio = self.service.queue(sentences, chosen, utterance.answer)
             await self.write_event(AudioStart(self.service.sample_rate, WIDTH, CHANNELS).event())
             started = self._audio_open = True
@@ -536,24 +569,32 @@ class StreamSentences:
     and with early audio whatever the text: its detector searches the whole text it holds on
     every chunk, so it is fed at most MAX_SENTENCE_CHARS at a time, and the text it holds
     without a sentence end (a markdown list, an answer without punctuation) is cut as
-    split_sentences cuts it once it passes MAX_SENTENCE_CHARS."""
+    split_sentences cuts it once it passes MAX_SENTENCE_CHARS. With `speakable`, the text is
+    made speakable (`speakable.SpeakableText`) on its way to the detector."""
 
-    def __init__(self) -> None:
+    def __init__(self, speakable: bool = False) -> None:
         self._detector = SentenceBoundaryDetector()
+        self._speakable = SpeakableText() if speakable else None
 
     def add(self, chunk: str) -> list[str]:
         out: list[str] = []
         for at in range(0, len(chunk), MAX_SENTENCE_CHARS):
-            out.extend(self._detector.add_chunk(chunk[at : at + MAX_SENTENCE_CHARS]))
-            held = self._detector.current_sentence + self._detector.remaining_text
-            if len(held) > MAX_SENTENCE_CHARS:
-                head, rest = _cut(held)
-                out.append(head)
-                self._detector.current_sentence, self._detector.remaining_text = "", rest
-        return [s for s in out if s]
+            piece = chunk[at : at + MAX_SENTENCE_CHARS]
+            out += self._detect(piece if self._speakable is None else self._speakable.add(piece))
+        return out
 
     def finish(self) -> list[str]:
-        return _split_held(self._detector.finish())
+        out = [] if self._speakable is None else self._detect(self._speakable.finish())
+        return out + _split_held(self._detector.finish())
+
+    def _detect(self, piece: str) -> list[str]:
+        out = list(self._detector.add_chunk(piece))
+        held = self._detector.current_sentence + self._detector.remaining_text
+        if len(held) > MAX_SENTENCE_CHARS:
+            head, rest = _cut(held)
+            out.append(head)
+            self._detector.current_sentence, self._detector.remaining_text = "", rest
+        return [s for s in out if s]
 
 
 def _cut(text: str) -> tuple[str, str]:
@@ -595,6 +636,28 @@ async def _sentences_in_turns(stream: StreamSentences, text: str, end: bool = Fa
             await asyncio.sleep(0)
         sentences += stream.add(text[at : at + TURN_CHARS])
     return sentences + stream.finish() if end else sentences
+
+
+async def _ssml_sentences(document: str) -> list[str | Pause]:
+    """The sentences and pauses of an SSML document; SsmlError when it is malformed."""
+    sentences: list[str | Pause] = []
+    for part in ssml_parts(document):
+        if isinstance(part, Pause):
+            sentences.append(part)
+        else:
+            sentences += await _sentences_in_turns(StreamSentences(), part, end=True)
+    return sentences
+
+
+def _is_ssml(event: Event) -> bool:
+    """Whether a request's text is SSML (Wyoming's `text_format`: "text", the default, or
+    "ssml"); ProtocolError for another format."""
+    text_format = event.data.get("text_format")
+    if text_format in (None, "text"):
+        return False
+    if text_format == "ssml":
+        return True
+    raise ProtocolError(f"unknown text_format {quoted(text_format)}: use text or ssml")
 
 
 def _voice_parts(voice: SynthesizeVoice | None) -> tuple[str | None, str | None, str | None]:

@@ -160,7 +160,7 @@ def add_mqtt_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class _Entity:
-    component: str  # "select", "number" or "sensor"
+    component: str  # "select", "number", "switch" or "sensor"
     key: str
     name: str
     state: Callable[[], str]
@@ -168,6 +168,13 @@ class _Entity:
     # for a bad one. None: read-only.
     command: Callable[[str], None] | None = None
     discovery: dict[str, Any] = field(default_factory=dict)  # component-specific keys
+
+
+def _switch(text: str) -> bool:
+    # Home Assistant's MQTT switch sends its payload_on and payload_off: ON and OFF.
+    if text not in ("ON", "OFF"):
+        raise ValueError(f"not ON or OFF: {text!r}")
+    return text == "ON"
 
 
 def _integer(text: str) -> int:
@@ -280,6 +287,14 @@ class MqttBridge:
                     "entity_category": "config",
                     "icon": "mdi:waveform",
                 },
+            ),
+            _Entity(
+                "switch",
+                "speakable_text",
+                "Speakable text",
+                lambda: "ON" if service.settings.speakable_text else "OFF",
+                lambda text: self._set(speakable_text=_switch(text)),
+                {"entity_category": "config", "icon": "mdi:format-clear"},
             ),
             _Entity(
                 "number",

@@ -67,6 +67,7 @@ from .errors import (
 )
 from .files import read_text
 from .settings import EngineSettings
+from .speakable import Pause
 from .voices import Choice, VoiceCatalog
 from .voices.library import StoredVoice, VoiceLibrary
 
@@ -177,7 +178,7 @@ class _Queued:
     """A text's sentences waiting for the engine."""
 
     job: _Job
-    sentences: list[str]
+    sentences: list[str | Pause]
     choice: Choice
     answer: Answer
     own: bool  # the answer was made for this sentence alone (closed when it ends)
@@ -533,12 +534,13 @@ class TtsService:
         return self.queue([text], self.resolve_voice(voice, speaker, language), answer)
 
     def queue(
-        self, sentences: list[str], chosen: Choice, answer: Answer | None = None
+        self, sentences: list[str | Pause], chosen: Choice, answer: Answer | None = None
     ) -> AudioStream:
         """Queues sentences (of one text) to be spoken one after the other, with nothing in
-        between, into one audio stream; the voice is already resolved (`resolve_voice`)."""
+        between but the pauses among them (SSML's <break>), into one audio stream; the voice
+        is already resolved (`resolve_voice`)."""
         loop = asyncio.get_running_loop()
-        sentences = [s for s in sentences if s.strip()]
+        sentences = [s for s in sentences if isinstance(s, Pause) or s.strip()]
         if not sentences:  # nothing to say: an empty stream, the engine is not involved
             job = _Job(loop, answer or Answer(self), self.max_unsent_bytes)
             job.audio.put_nowait(_END)
@@ -588,6 +590,11 @@ class TtsService:
             for text in queued.sentences:
                 if job.cancelled.is_set():  # the client left (while it waited, or meanwhile)
                     break
+                if isinstance(text, Pause):
+                    samples = round(text.seconds * self.sample_rate)
+                    if not job.put_audio(bytes(2 * samples)):  # int16 silence
+                        break
+                    continue
                 self._speak(queued, text)
         except Exception as err:  # noqa: BLE001 - delivered to the requester
             _LOGGER.warning("synthesis failed: %s", err)

@@ -142,6 +142,12 @@ class EngineSettings:
         Bounds(0, 64),
         default=4,
     )
+    speakable_text: bool = _opt(
+        "KZTTS_SPEAKABLE_TEXT",
+        "read Markdown, HTML, links and emoji as a person would (false: the text as sent)",
+        Bounds(),
+        default=True,
+    )
     decoder_subprocess: bool = _opt(
         "KZTTS_DECODER_SUBPROC",
         "decode in a kazeia-decoder child process started with each synthesis",

@@ -47,6 +47,8 @@ def server_flags(
         flags += ["--voice", str(options["voice"])]
     if options.get("voice_model"):
         flags += ["--voice-model", str(options["voice_model"])]
+    if not options.get("speakable_text", True):
+        flags += ["--speakable-text", "false"]
     if options.get("debug"):
         flags.append("--debug")
     if mqtt:

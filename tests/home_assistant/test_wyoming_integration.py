@@ -160,6 +160,18 @@ async def test_no_language_and_no_voice_is_the_default_voice(
     assert "voice vivian (vivian), language auto" in added.log_text()
 
 
+async def test_an_llm_markdown_answer_is_spoken_as_its_plain_text(
+    hass: HomeAssistant, added: Kazeia
+) -> None:
+    """What a conversation agent answers (heading, list, bold, a link, emoji) sounds as the
+    words alone would: the seed is fixed, so the same sentences give the same audio."""
+    answer = "## Lights\n\n- **Kitchen**: on 💡\n- [Hall](http://ha.local/hall): *off*"
+    _, marked = await one_shot(hass, answer, WAV)
+    _, plain = await one_shot(hass, "Lights.\n\nKitchen: on.\nHall: off.", WAV)
+    _, other = await one_shot(hass, "Lights.\n\nKitchen: off.\nHall: on.", WAV)
+    assert pcm_of(marked)[3] and pcm_of(marked)[3] == pcm_of(plain)[3] != pcm_of(other)[3]
+
+
 async def test_mp3_by_default_and_16_khz_come_out_of_home_assistants_ffmpeg(
     hass: HomeAssistant, added: Kazeia
 ) -> None:
