@@ -14,6 +14,7 @@ from wyoming_kazeia.handler import StreamSentences
 from wyoming_kazeia.settings import EngineSettings
 from wyoming_kazeia.speakable import (
     MAX_BREAK_S,
+    MAX_BREAKS_S,
     MAX_HELD_CHARS,
     Pause,
     SpeakableText,
@@ -25,7 +26,8 @@ RULES = {
     "emphasis": [
         ("**Hello** _world_!", "Hello world!"),
         ("It is ***very*** __hot__ and ~~cold~~ warm.", "It is very hot and cold warm."),
-        ("un*frigging*believable", "unfriggingbelievable"),
+        ("un*frigging*believable: inside a word", "un*frigging*believable: inside a word"),
+        ("rm *.log and a ~~ b", "rm *.log and a ~~ b"),
         ("2 * 3 = 6 and 2*3 too", "2 * 3 = 6 and 2*3 too"),
         ("snake_case_name stays", "snake_case_name stays"),
         ("about ~5 minutes", "about ~5 minutes"),
@@ -50,6 +52,8 @@ RULES = {
     ],
     "code": [
         ("Run `ha core restart` now.", "Run ha core restart now."),
+        ("`*args`, `__init__` and `<br>` as written", "*args, __init__ and <br> as written"),
+        ("```ha core restart``` then reboot.", "ha core restart then reboot."),
         ("The YAML:\n```yaml\nlight:\n  - platform: x\n```\nDone.", "The YAML:\n\nDone."),
         ("~~~\ncode\n~~~~\nAfter.", "\nAfter."),
         ("```\nnever closed\nstill code", ""),
@@ -61,6 +65,7 @@ RULES = {
         ),
         ("| Room | State |\n| --- | --- |\n| Hall | on! |", "Room, State.\n\nHall, on!"),
         ("a | b stays text", "a | b stays text"),
+        ("| Mon | | 20 |", "Mon, 20."),
     ],
     "links": [
         ("See [the docs](https://www.home-assistant.io/docs) now.", "See the docs now."),
@@ -75,18 +80,26 @@ RULES = {
             "Or example.org and kazeia.dev, ok",
         ),
         ("http://192.168.1.10:8123/lovelace", "192.168.1.10"),
+        ("See https://en.wikipedia.org/wiki/Python_(language) now", "See en.wikipedia.org now"),
+        ("mail foo@www.example.com now", "mail foo@www.example.com now"),
     ],
     "emoji": [
         ("Great job 🎉! Hi 👋 there 👍🏽", "Great job! Hi there"),
         ("🇫🇷 Bonjour ❤️", "Bonjour"),
         ("Family 👨‍👩‍👧 time", "Family time"),
         ("1️⃣ first", "1 first"),
+        ("▶️ Play ©️ it", "Play it"),
+        ("5 ✕ 3, ★ ✓ © stay: symbols", "5 ✕ 3, ★ ✓ © stay: symbols"),
+        ("ශ්‍රී ලංකා", "ශ්‍රී ලංකා"),
     ],
     "html": [
         ("Line<br>two &amp; <b>bold</b> &nbsp;x", "Line two & bold x"),
         ("<p>One</p><p>Two</p>", "One Two"),
         ("a < b and c > d, 3 < 4", "a < b and c > d, 3 < 4"),
         ("x <!-- hidden --> y", "x y"),
+        ("if a<b and c>d then", "if a<b and c>d then"),
+        ("Replace <your-token> with it.", "Replace <your-token> with it."),
+        ("Say &quot;Hello&quot;.", 'Say "Hello".'),
     ],
     "punctuation": [
         ("Really!!! What?!?! Wait.....", "Really! What?! Wait..."),
@@ -104,6 +117,7 @@ RULES = {
             "On 2026-12-01 at 10:30, 21.5 °C and 3 kWh.",
         ),
         ("Dr. Smith's 1st appointment.", "Dr. Smith's 1st appointment."),
+        (r"C:\\Users\me, $5, v1.2.3, it's 2*x", r"C:\Users\me, $5, v1.2.3, it's 2*x"),
     ],
 }
 CASES = [(rule, text, said) for rule, cases in RULES.items() for text, said in cases]
@@ -168,6 +182,12 @@ def test_a_long_text_converts_in_linear_time() -> None:
     out = StreamSentences(speakable=True).add(text)
     assert time.monotonic() - start < 20
     assert out[0] == "Bold link and code!"
+    for unit in (" ", "[", "`", "&", "http://", "*", "[a](", "<a "):  # held tails, openers
+        stream, start = StreamSentences(speakable=True), time.monotonic()
+        for _ in range(0, 200_000, 400):
+            stream.add((unit * (400 // len(unit) + 1))[:400])
+        stream.finish()
+        assert time.monotonic() - start < 20, unit
 
 
 # -- SSML ---------------------------------------------------------------------------------
@@ -214,6 +234,13 @@ def test_a_break_is_a_pause_of_its_length(tag: str, seconds: float) -> None:
 def test_malformed_ssml_is_an_error(document: str, message: str) -> None:
     with pytest.raises(SsmlError, match=message):
         ssml_parts(document)
+
+
+def test_ssml_nested_too_deeply_is_an_error_and_silence_is_bounded() -> None:
+    with pytest.raises(SsmlError, match="nested too deeply"):
+        ssml_parts("<s>" * 5000 + "x" + "</s>" * 5000)
+    parts = ssml_parts("<speak>" + '<break time="10s"/>a.' * 1000 + "</speak>")
+    assert sum(p.seconds for p in parts if isinstance(p, Pause)) == MAX_BREAKS_S
 
 
 # -- through the engine ---------------------------------------------------------------------

@@ -587,13 +587,15 @@ class StreamSentences:
         out = [] if self._speakable is None else self._detect(self._speakable.finish())
         return out + _split_held(self._detector.finish())
 
-    def _detect(self, piece: str) -> list[str]:
-        out = list(self._detector.add_chunk(piece))
-        held = self._detector.current_sentence + self._detector.remaining_text
-        if len(held) > MAX_SENTENCE_CHARS:
-            head, rest = _cut(held)
-            out.append(head)
-            self._detector.current_sentence, self._detector.remaining_text = "", rest
+    def _detect(self, text: str) -> list[str]:
+        out: list[str] = []
+        for at in range(0, len(text), MAX_SENTENCE_CHARS):
+            out.extend(self._detector.add_chunk(text[at : at + MAX_SENTENCE_CHARS]))
+            held = self._detector.current_sentence + self._detector.remaining_text
+            if len(held) > MAX_SENTENCE_CHARS:
+                head, rest = _cut(held)
+                out.append(head)
+                self._detector.current_sentence, self._detector.remaining_text = "", rest
         return [s for s in out if s]
 
 
