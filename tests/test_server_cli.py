@@ -24,7 +24,6 @@ from wyoming.tts import Synthesize, SynthesizeVoice
 from wyoming_kazeia.health_check import probe, ready_programs
 from wyoming_kazeia.models import DEFAULT_MODEL
 from wyoming_kazeia.settings import EngineSettings
-from wyoming_kazeia.voices import DEFAULT_SPEAKER
 
 SERVER = [sys.executable, "-m", "wyoming_kazeia"]
 FRAMES = ["--max-frames", "6", "--seed", "1"]
@@ -240,12 +239,6 @@ def test_a_checkpoint_of_a_kind_it_cannot_serve_is_refused_before_converting(
     assert not (tmp_path / "d" / "converted").exists() or not any(
         (tmp_path / "d" / "converted").iterdir()
     )
-
-
-def test_readme_documents_the_default_voice_of_the_code() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `--voice`"))
-    assert f"`{DEFAULT_SPEAKER}`" in row
 
 
 @pytest.mark.parametrize(
