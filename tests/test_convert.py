@@ -299,6 +299,24 @@ def test_a_checkpoint_without_a_kind_is_refused_clearly(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "talker.gguf").exists()
 
 
+def test_a_hyper_parameter_too_large_for_the_file_is_one_line_of_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value a GGUF u32 cannot hold is named by the converter, not left to the native format
+    table (which could not cast it: a traceback)."""
+    from wyoming_kazeia.convert import main
+
+    ckpt = _copy_checkpoint(tmp_path)
+    path = ckpt / "speech_tokenizer" / "config.json"
+    config = json.loads(path.read_text())
+    config["decoder_config"]["codebook_size"] = 1 << 32
+    path.write_text(json.dumps(config))
+    assert main([str(ckpt), str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        "error: metadata 'kazeia.decoder.codebook_size' has an invalid value 4294967296\n"
+    )
+
+
 def test_cli_main(tmp_path: Path) -> None:
     from wyoming_kazeia.convert import main
 

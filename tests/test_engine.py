@@ -18,8 +18,8 @@ import soundfile as sf
 from kazeia_dev.random_checkpoint import main as random_checkpoint
 
 from wyoming_kazeia.convert import convert
-from wyoming_kazeia.engine import Engine, EngineError
-from wyoming_kazeia.native import ModelError
+from wyoming_kazeia.engine import ONE_PASS_PUSH_FRAMES, Engine, EngineError
+from wyoming_kazeia.native import DECODER_GPU_CHUNK_FRAMES, ModelError
 from wyoming_kazeia.settings import EngineSettings, SettingsError
 
 TEXT = "Hello there, this is a small test of the streaming engine."
@@ -70,6 +70,14 @@ def test_streamed_equals_one_shot(engine: Engine, chunk: int) -> None:
     streamed = np.concatenate(chunks)
     assert streamed.shape == one_shot.shape
     assert np.abs(streamed.astype(np.int32) - one_shot).max() <= 1
+
+
+def test_the_service_pushes_as_many_frames_as_a_gpu_decoder_graph_holds(engine: Engine) -> None:
+    """The default stream chunk and the one-pass decode's pushes are the native decoder's GPU
+    graph width: no graph on a GPU computes padding (one constant, native speech_decoder.h)."""
+    assert EngineSettings().stream_chunk == ONE_PASS_PUSH_FRAMES == DECODER_GPU_CHUNK_FRAMES
+    chunks = list(engine.synthesize(TEXT, "vivian"))  # the default stream chunk
+    assert {len(c) for c in chunks[1:-1]} == {DECODER_GPU_CHUNK_FRAMES * 1920}
 
 
 @pytest.mark.parametrize("chunk", [0, 1, 4])

@@ -175,7 +175,7 @@ async def bridging(service: TtsService, broker: Broker) -> AsyncIterator[MqttBri
 
 
 async def synthesize(service: TtsService) -> list[bytes]:
-    async with contextlib.aclosing(service.synthesize(TEXT)) as audio:
+    async with contextlib.aclosing(service.queue_text(TEXT)) as audio:
         return [pcm async for pcm in audio]
 
 

@@ -2,8 +2,8 @@
 
 Only the tiny sizes are written to disk here; the full sizes are checked through their tensor
 specifications (names, shapes, dtypes), which is what the generator streams to disk.
-The tiny reference checkpoints (official implementation, see shared/reference/README.md) are used
-when they can be found: $KAZEIA_REFERENCE_DIR, tests/.data/reference or ../shared/reference.
+The tiny reference checkpoints (official implementation, see tests/.data/reference/README.md) are
+used when they can be found: $KAZEIA_REFERENCE_DIR, tests/.data/reference or ../shared/reference.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from kazeia_dev import random_checkpoint as rc
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The real Qwen2 tokenization of the assistant prompt around "Hello world" (DESIGN.md section 2:
+# The real Qwen2 tokenization of the assistant prompt around "Hello world" (the published ids:
 # im_start 151644, "assistant" 77091, "\n" 198, im_end 151645; "Hello" 9707, " world" 1879).
 PROMPT = "<|im_start|>assistant\nHello world<|im_end|>\n<|im_start|>assistant\n"
 PROMPT_IDS = [151644, 77091, 198, 9707, 1879, 151645, 198, 151644, 77091, 198]
@@ -267,7 +267,7 @@ def test_full_size_speech_decoder(size: str) -> None:
     shapes = {s.name: s.shape for s in specs}
     assert {s.dtype for s in specs} == {"F32"}
     decoder_params = sum(s.numel for s in specs if s.name.startswith("decoder."))
-    assert 113e6 < decoder_params < 115.5e6  # "114M params" (DESIGN.md)
+    assert 113e6 < decoder_params < 115.5e6  # "about 114M parameters" (docs/model.md)
     q = "decoder.quantizer"
     assert shapes[f"{q}.rvq_first.vq.layers.0._codebook.embedding_sum"] == (2048, 256)
     assert shapes[f"{q}.rvq_first.output_proj.weight"] == (512, 256, 1)

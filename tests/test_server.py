@@ -495,7 +495,7 @@ def test_unread_audio_is_bounded(engine: Engine) -> None:
     service = TtsService(engine, max_unsent_bytes=100_000)  # ~2 s of audio
 
     async def go() -> tuple[int, BaseException | None]:
-        audio = service.synthesize("Nobody reads this long answer.")
+        audio = service.queue_text("Nobody reads this long answer.")
         deadline = time.monotonic() + 30
         while service.status.state != "idle" or service.status.queue_depth:
             assert time.monotonic() < deadline, "the synthesis was not cancelled"

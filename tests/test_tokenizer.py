@@ -106,7 +106,8 @@ def prompt(text: str) -> str:
 
 
 def official_tokenizer(path: Path) -> Any:
-    """transformers' tokenizer as qwen-tts 0.1.1 loads it (see the module docstring)."""
+    """transformers' tokenizer as qwen-tts 0.1.1 loads it (see the comment above _FIX_MIN_VOCAB
+    in tokenizer.py)."""
     return transformers.Qwen2TokenizerFast.from_pretrained(str(path), fix_mistral_regex=True)
 
 

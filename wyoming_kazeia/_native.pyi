@@ -6,6 +6,7 @@ import numpy.typing as npt
 from .errors import InputError as InputError
 from .errors import ModelError as ModelError
 
+DECODER_GPU_CHUNK_FRAMES: int
 DECODER_MAX_CHUNK_FRAMES: int
 KERNEL_ISA: str
 PROMPT_ROLE_TOKENS: int
@@ -32,6 +33,8 @@ def gpu_backends() -> list[str]: ...
 def resolve_placement(placement: str) -> str: ...
 def describe_placement(device_id: str) -> str: ...
 
+# A stream decodes an utterance in pushes: push(codes [n, 16]) gives exactly the next
+# n * hop_length samples; reset() starts a new utterance.
 class DecoderStream:
     def push(self, codes: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
     def reset(self) -> None: ...
@@ -118,6 +121,8 @@ class Generator:
     def talker_device(self) -> str: ...
     @property
     def predictor_device(self) -> str: ...
+    # input_ids: TextTokenizer.prompt_ids of the text. Unset sampling values come from the
+    # model's generation_config.json; greedy=True takes the argmax (tests).
     def frames(
         self,
         input_ids: npt.ArrayLike,

@@ -29,7 +29,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from .errors import ConversionError
+from .errors import ConversionError, KazeiaError
 from .native import formats
 from .settings import QUANT_TYPES
 
@@ -190,7 +190,7 @@ def _typed(value: Any, kind: str, key: str) -> Any:
                 raise ValueError(value)
             return value
         if kind == "u32":
-            if int(value) != value or value < 0:
+            if int(value) != value or not 0 <= value <= 0xFFFFFFFF:
                 raise ValueError(value)
             return int(value)
         if kind == "f32":
@@ -512,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         convert(args.checkpoint, args.out_dir, args.type)
-    except ConversionError as err:
+    except KazeiaError as err:  # the whole family: the native format tables raise theirs too
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -7,17 +7,7 @@
     print(synthesis.metrics)
 
 Voices beyond the built-in speakers (a cloned, described or instructed voice) are a
-VoicePrompt: made once per voice (Engine.clone_prompt, Engine.instruction_prompt) and passed to
-synthesize(voice=...). An in-context clone's audio is decoded with the reference codes as the
-decoder's left context, as the official code decodes reference and new codes together and cuts
-the reference part.
-
-Two threads per synthesis: a generator thread (talker + code predictor) hands each frame's 16
-codes to a decoder thread, which decodes the first frame alone and then every `stream_chunk`
-frames with the exact stateful streaming decoder; the consumer's iterator takes finished
-chunks from a queue. Closing the iterator (`close`, or leaving its `with` block) stops
-generation within one frame and joins both threads; `cancel` only asks them to stop (from any
-thread). No finalizer does either: a Synthesis dropped unclosed runs to its end.
+VoicePrompt, made once per voice and passed to synthesize(voice=...).
 """
 
 from __future__ import annotations
@@ -40,6 +30,7 @@ from .convert import TOKENIZER_FILES
 from .decoder_process import DecoderProcess
 from .errors import EngineError, InputError, ModelNotFoundError, SettingsError, quoted
 from .native import (
+    DECODER_GPU_CHUNK_FRAMES,
     Generator,
     SpeakerEncoder,
     SpeechDecoder,
@@ -57,12 +48,12 @@ from .voices.recording import resample
 
 _LOGGER = logging.getLogger(__name__)
 
-# The one-pass decode (stream_chunk 0) runs as pushes of this many frames through the exact
-# streaming decoder (the samples of one decode) while the frames come, so that a cancel is seen
-# between pushes: about 0.1 s of decoding for the 0.6B decoder on 2 cores.
-ONE_PASS_PUSH_FRAMES = 4
+# The one-pass decode (stream_chunk 0) runs as short pushes through the exact streaming decoder
+# (the samples of one decode) while the frames come, so that a cancel is seen between pushes;
+# as many frames as a decoder graph on a GPU holds, so that no graph computes padding.
+ONE_PASS_PUSH_FRAMES = DECODER_GPU_CHUNK_FRAMES
 # How long the decoder subprocess may take to answer a push before it is killed: a base (process
-# start, model load) and a time per frame, both generous (a 2-core box decodes a frame in ~30 ms).
+# start, model load) and a time per frame, both far above what a small CPU takes.
 SUBPROCESS_BASE_S = 30.0
 SUBPROCESS_PER_FRAME_S = 0.5
 # In-context voices whose decoder state (after their reference codes) is kept in memory.
@@ -151,7 +142,10 @@ def _stop_live_pipelines() -> None:
 
 
 class _Pipeline:
-    """The state the two threads share."""
+    """The state the two threads of a synthesis share: a generator thread (talker + code
+    predictor) hands each frame's 16 codes to a decoder thread, which decodes the first frame
+    alone and then every `stream_chunk` frames with the exact stateful streaming decoder; the
+    consumer's iterator takes finished chunks from a queue."""
 
     def __init__(
         self,
@@ -175,7 +169,8 @@ class _Pipeline:
         self._start = time.monotonic()
         self._closed = False
         self._threads: list[threading.Thread] = []
-        # An in-context clone continues its reference: the decoder starts from its codes.
+        # An in-context clone continues its reference: the decoder starts from its codes, as the
+        # official code decodes reference and new codes together and cuts the reference part.
         self._context = voice.ref_codes if voice is not None and voice.in_context else None
         if ids is None:  # nothing to say
             self._chunks.put(_DONE)
@@ -238,10 +233,9 @@ class _Pipeline:
     def _decode(self) -> None:
         k = self._settings.stream_chunk
         # stream_chunk 0 (one piece of audio at the end) decodes while the frames come too,
-        # ONE_PASS_PUSH_FRAMES at a time, and emits the pieces once at the end: the same pushes
+        # ONE_PASS_PUSH_FRAMES at a time, and emits the pieces once at the end: the same samples
         # as one decode of all frames (the streaming decoder is exact), with the decoder beside
-        # the generator instead of after it (measured: total as the k=4 stream's, was 1.05x of
-        # it; beside two busy processes 1.45x its unloaded time, was 1.69-2.39x).
+        # the generator instead of after it, so it takes no longer than a stream.
         process: DecoderProcess | None = None
         pending: list[np.ndarray] = []
         pieces: list[np.ndarray] = []  # stream_chunk 0: decoded, not yet emitted
@@ -390,7 +384,9 @@ class _Pipeline:
 
 class Synthesis:
     """Iterator of int16 PCM chunks; `metrics` is complete once it is exhausted. Closing it (or
-    leaving its `with` block) stops the synthesis within one frame and waits for its threads."""
+    leaving its `with` block) stops the synthesis within one frame and waits for its threads;
+    `cancel` only asks them to stop. No finalizer does either: a Synthesis dropped unclosed runs
+    to its end."""
 
     def __init__(self, pipeline: _Pipeline) -> None:
         self._pipeline = pipeline
@@ -620,27 +616,35 @@ class Engine:
             )
         return str(path)
 
+    @property
+    def encoder_rate(self) -> int:
+        """Hz of the audio a Base model's speaker encoder takes (its GGUF says; InputError for a
+        model of another kind): the rate to bring a recording to (voices/recording.py)."""
+        encoder = SpeakerEncoder(self._encoder_file("speaker_encoder.gguf"), threads=1)
+        return int(encoder.sample_rate)  # its weights are mapped, not read: cheap to open
+
     def clone_prompt(
         self, samples: np.ndarray, sample_rate: int, ref_text: str | None = None
     ) -> VoicePrompt:
-        """The voice of a recording (mono float samples at any rate; resampled to the
-        encoders' rate with soxr's high quality, as the official code through librosa): its
+        """The voice of a recording (mono float samples at any rate; resampled to each
+        encoder's rate with soxr's high quality, as the official code through librosa): its
         x-vector, and with its transcript `ref_text` its codes for in-context cloning. Costs
-        0.2 s (x-vector) to a few seconds (the codes of a 6 s recording: ~4 s on 2 cores): make
-        it once per voice. The encoders are loaded for the call only (voices are made rarely;
-        their ~200 MB are not kept)."""
+        a fraction of a second (x-vector) to seconds (the codes): make it once per voice. The
+        encoders are loaded for the call only (voices are made rarely; their weights are not
+        kept)."""
         speaker_encoder = SpeakerEncoder(
             self._encoder_file("speaker_encoder.gguf"), threads=self.settings.threads
         )
-        audio = resample(samples, sample_rate, speaker_encoder.sample_rate)
-        embedding = speaker_encoder.embed(audio)
+        embedding = speaker_encoder.embed(
+            resample(samples, sample_rate, speaker_encoder.sample_rate)
+        )
         del speaker_encoder
         if ref_text is None or not ref_text.strip():
             return VoicePrompt(speaker_embedding=embedding)
         speech_encoder = SpeechEncoder(
             self._encoder_file("speech_encoder.gguf"), threads=self.settings.threads
         )
-        codes, _ = speech_encoder.encode(audio)
+        codes, _ = speech_encoder.encode(resample(samples, sample_rate, speech_encoder.sample_rate))
         return VoicePrompt(
             speaker_embedding=embedding,
             ref_ids=tuple(self.tokenizer.reference_ids(ref_text)),

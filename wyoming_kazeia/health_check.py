@@ -24,6 +24,8 @@ from urllib.parse import urlparse
 from wyoming.client import AsyncClient
 from wyoming.info import Describe, Info, TtsProgram
 
+from .errors import KazeiaError, SettingsError
+
 DEFAULT_URI = "tcp://127.0.0.1:10200"
 # How a program's description says that its model is not loaded yet (the server writes it,
 # the health check and the tests read it).
@@ -45,7 +47,11 @@ def ready_programs(info: Info) -> list[TtsProgram]:
 
 
 async def _describe(uri: str) -> Info | None:
-    async with AsyncClient.from_uri(uri) as client:
+    try:
+        reaching = AsyncClient.from_uri(uri)
+    except ValueError as err:  # a scheme it cannot reach, a tcp:// URI without a port
+        raise SettingsError(f"invalid --uri ({err}): use tcp://HOST:PORT or unix://PATH") from None
+    async with reaching as client:
         await client.write_event(Describe().event())
         while (event := await client.read_event()) is not None:
             if Info.is_type(event.type):
@@ -92,7 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     args = parser.parse_args(argv)
-    info, why = asyncio.run(_probe(args.uri, args.timeout))
+    try:
+        info, why = asyncio.run(_probe(args.uri, args.timeout))
+    except KazeiaError as err:  # one line on stdout, as for every other answer
+        print(f"unhealthy: {args.uri}: {err}")
+        return 1
     if info is None:
         print(f"unhealthy: {args.uri}: {why or 'no info'}")
         return 1

@@ -1,32 +1,9 @@
-"""Public Python API of the native engine.
+"""The one module through which the product reaches the native extension (`_native`).
 
-    from wyoming_kazeia.native import SpeechDecoder
-
-    decoder = SpeechDecoder("model/decoder.gguf", threads=2)
-    wav = decoder.decode(codes)          # codes: int [T, 16] -> float32 [T * 1920] at 24 kHz
-    stream = decoder.stream()
-    part = stream.push(codes[:4])        # exactly the next 4 * 1920 samples
-    stream.reset()                       # back to the start of a new utterance
-
-    from wyoming_kazeia.native import Generator
-
-    gen = Generator("model/talker.gguf", threads=2)  # talker_device="vulkan:0": on a GPU
-    codes = gen.generate(input_ids, "vivian", "english", seed=7, max_frames=400)  # int32 [T, 16]
-    for frame in gen.frames(input_ids, "vivian"):  # each frame's 16 codes as soon as they exist
-        ...
-
-input_ids is the tokenized assistant prompt
-'<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n'. Unset sampling values
-come from the model's generation_config.json; `greedy=True` takes the argmax (tests).
-
-Bad input raises InputError, a ValueError (shape, dtype, code range), or ModelError (a missing,
-corrupt, truncated or wrong-kind GGUF file), both of the package's error family
-(wyoming_kazeia.errors); the engine computes with the GIL released.
-
-This is the one module through which the product reaches the native extension: the engine
-classes, the decoder's facts read from its file, the format tables the converter writes from
-(`formats`), and the path of the bundled tools. Test hooks live in `_native.testing` and are
-not part of it.
+It gives the engine classes (decoder, generator, voice encoders), the decoder's facts read from
+its file, the format tables the converter writes from (`formats`) and the path of the bundled
+tools; test hooks stay in `_native.testing`. Bad input raises InputError or ModelError, of the
+package's error family (errors.py); the engine computes with the GIL released.
 """
 
 from __future__ import annotations
@@ -37,6 +14,7 @@ import numpy as np
 
 from . import _native
 from ._native import (
+    DECODER_GPU_CHUNK_FRAMES,
     DECODER_MAX_CHUNK_FRAMES,
     KERNEL_ISA,
     PROMPT_ROLE_TOKENS,
@@ -59,6 +37,7 @@ from ._native import (
 from .errors import InputError, ModelError
 
 __all__ = [
+    "DECODER_GPU_CHUNK_FRAMES",
     "DECODER_MAX_CHUNK_FRAMES",
     "KERNEL_ISA",
     "PROMPT_ROLE_TOKENS",

@@ -1,40 +1,8 @@
 """The TTS service between the protocol layers (Wyoming, MQTT) and the engine.
 
-    service = TtsService(engine, default_voice="vivian", max_queue=8)
-    async with contextlib.aclosing(service.synthesize("Hello.", voice="vivian-en")) as audio:
-        async for pcm in audio:      # int16 PCM bytes, 24 kHz mono, as the engine yields them
-            ...
-
-Policy: the engine synthesizes one text at a time (it uses every core it is given) in its own
-thread, so the event loop always answers. A request (a one-shot text or a stream, however many
-sentences it has) is admitted when it arrives (`admit`, an `Answer`): when `max_queue` requests
-already wait behind the running one, whatever connection they came on, a new one is refused at
-once with `ServiceBusyError` (the client gets an `error`, never a hang). Sentences wait in a FIFO
-queue, except that once an answer has started, its later sentences go before every answer that
-has not: an answer is never split by other clients' requests, and its sentences are never
-refused. Cancellation is explicit, never left to a finalizer: closing an audio stream
-(`aclose`, `cancel`) cancels its sentence, closing an `Answer` (its client left, or it ended)
-cancels every sentence it still has queued or running; a running one stops within one frame,
-and the engine thread waits until its threads have ended before it starts the next one, so
-nothing keeps running for a gone client. Audio a client does not read is bounded
-(`max_unsent_bytes` per request): past it the synthesis is cancelled with `SlowClientError`.
-
-The voices are the model's built-in speakers and the voices of the library (`library`) that the
-model speaks; voices added to or removed from the library while the service runs appear and
-disappear at the next `refresh_voices` (the server calls it on `describe`, before each request
-and every few seconds). The library is read in a worker thread, never on the event loop, and a
-look that takes longer than LIBRARY_DEADLINE_S (a stuck disk) leaves the voices as they were.
-A library voice's prompt is read from its file (computed and stored on its first use
-by this model), and kept in memory.
-
-Settings and the default voice can change while the service runs (the MQTT bridge does it);
-they apply from the next synthesis on. Listeners are called on the event loop whenever the
-status (state, queue depth, last metrics) or the settings change.
-
-A service may start without its engine (`TtsService(max_queue=8)`): the server answers
-`describe` at once on a first start while the model is downloaded, converted and loaded
-(`set_loading` says how far along), then `attach` makes it ready. Until then a synthesis is
-refused with `NotReadyError`.
+The engine synthesizes one text at a time (it uses every core it is given) in a thread of its own,
+so the event loop always answers; requests wait in a bounded queue that refuses a new one at once
+when full (the client gets an `error`, never a hang).
 """
 
 from __future__ import annotations
@@ -262,6 +230,21 @@ class VoiceModel:
 
 
 class TtsService:
+    """Queues texts for the engine and streams their audio back (call on the event loop).
+
+        service = TtsService(engine, default_voice="vivian", max_queue=8)
+        async with contextlib.aclosing(service.queue_text("Hello.", voice="vivian-en")) as audio:
+            async for pcm in audio:  # int16 PCM bytes, 24 kHz mono, as the engine yields them
+                ...
+
+    The voices are the model's built-in speakers and the library voices the model (or the voice
+    model) speaks. A service may start without its engine (`TtsService(max_queue=8)`): the server
+    answers `describe` at once on a first start while the model is downloaded, converted and
+    loaded (`set_loading` says how far along), then `attach` makes it ready; until then a
+    synthesis is refused with NotReadyError. Settings and the default voice may change while it
+    runs (the MQTT bridge does it); they apply from the next synthesis on.
+    """
+
     def __init__(
         self,
         engine: Engine | None = None,
@@ -359,7 +342,8 @@ class TtsService:
     async def refresh_voices(self) -> bool:
         """Takes up voices added to or removed from the library since the last look (call on
         the event loop; the library is read in a worker thread, at most LIBRARY_DEADLINE_S is
-        waited for it); True when the voices changed."""
+        waited for it, and a stuck look leaves the voices as they were); True when the voices
+        changed. The server calls it on `describe`, before each request and every few seconds."""
         if self._engine is None or self.library is None:
             return False
         if self._library_look is None:  # one look at a time, whoever asks
@@ -459,6 +443,8 @@ class TtsService:
         self._notify()
 
     def add_listener(self, callback: Callable[[], None]) -> None:
+        """`callback()` is called on the event loop whenever the status (state, queue depth,
+        last metrics) or the settings change."""
         self._listeners.append(callback)
 
     def _notify(self) -> None:
@@ -480,9 +466,11 @@ class TtsService:
         return self.voices.choose(name, speaker, language, default=self._default_voice)
 
     def admit(self, peer: str = "") -> Answer:
-        """A place in the queue for a request arriving now from `peer` (call on the event
-        loop): ServiceBusyError when max_queue requests already wait behind the running one,
-        NotReadyError before the model is loaded."""
+        """A place in the queue for a request (a one-shot text or a stream, however many
+        sentences) arriving now from `peer` (call on the event loop): ServiceBusyError when
+        max_queue requests already wait behind the running one, whatever connection they came
+        on; NotReadyError before the model is loaded. The sentences of an admitted request are
+        never refused."""
         if not self.ready:
             raise NotReadyError(f"the model is not ready yet: {self.loading}")
         if len(self._answers) > self.max_queue:
@@ -518,7 +506,7 @@ class TtsService:
             running.job.cancel()
         return len(dropped)
 
-    def synthesize(
+    def queue_text(
         self,
         text: str,
         voice: str | None = None,
@@ -526,8 +514,8 @@ class TtsService:
         language: str | None = None,
         answer: Answer | None = None,
     ) -> AudioStream:
-        """Queues a synthesis (a sentence of `answer`, or a request of its own) and returns its
-        audio stream. Raises VoiceError, NotReadyError or (without `answer`) ServiceBusyError
+        """Queues a text to speak (a sentence of `answer`, or a request of its own) and returns
+        its audio stream. Raises VoiceError, NotReadyError or (without `answer`) ServiceBusyError
         at once, before anything is queued; the stream raises EngineError if the synthesis
         fails. Call on the event loop."""
 
@@ -649,7 +637,8 @@ class TtsService:
         return self.library.prompt(voice, engine)
 
     def _prompt(self, name: str, engine: Engine) -> VoicePrompt:
-        """Engine thread: the prompt of library voice `name` for `engine`'s model."""
+        """Engine thread: the prompt of library voice `name` for `engine`'s model, read from its
+        file (computed and stored there on its first use by this model), then kept here."""
         voice = self._stored.get(name)
         if voice is None:
             raise VoiceError(f"voice {name!r} was removed")

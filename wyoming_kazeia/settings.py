@@ -16,9 +16,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .errors import SettingsError
+from .native import DECODER_GPU_CHUNK_FRAMES
 
 # The talker's weight types (the converter's --type). q4_k_mix: 4-bit talker attention and MLP,
-# q8_0 elsewhere (README "Which weight type": measured with script/bench quality).
+# q8_0 elsewhere (docs/hardware.md "Which weight type" compares them).
 QUANT_TYPES = ("f32", "f16", "q8_0", "q4_k", "q4_k_mix")
 # The model parts that can each be placed on a device (their --<part>-backend settings).
 PARTS = ("talker", "predictor", "decoder")
@@ -118,9 +119,8 @@ def _part_placement(part: str, what: str, unset: str = "backend") -> Any:
 class EngineSettings:
     # The default is one more than the 2 cores of the smallest box we size for: the generator's
     # tasks are taken from a shared counter, so a spare thread costs nothing unloaded, and when
-    # other processes compete for the cores it keeps the generator's share of them (measured
-    # beside 2 busy processes on 2 cores: 1.7-1.9x the unloaded time, where 2 threads landed
-    # at 1.5x or 2.3x from run to run).
+    # other processes compete for the cores it keeps the generator's share of them (with as
+    # many threads as cores, the slowdown under load varies from run to run).
     threads: int = _opt(
         "KZTTS_THREADS",
         "generator (talker + code predictor) threads",
@@ -136,11 +136,13 @@ class EngineSettings:
         Bounds(choices=QUANT_TYPES),
         default="q8_0",
     )
+    # The default is the width of a decoder graph on a GPU (native speech_decoder.h): every
+    # push then fills a graph, none computes padding.
     stream_chunk: int = _opt(
         "KZTTS_STREAM_CHUNK",
         "frames (80 ms each) per decoded audio chunk; 0: the audio in one piece at the end",
         Bounds(0, 64),
-        default=4,
+        default=DECODER_GPU_CHUNK_FRAMES,
     )
     speakable_text: bool = _opt(
         "KZTTS_SPEAKABLE_TEXT",

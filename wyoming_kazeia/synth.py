@@ -53,8 +53,8 @@ def _voice(engine: Engine, args: argparse.Namespace) -> tuple[str | None, str, V
     if args.ref_audio is not None:
         if (args.ref_text is None) == (not args.x_vector_only):
             raise VoiceError("--ref-audio needs --ref-text TEXT (in context) or --x-vector-only")
-        rec = recording.load(args.ref_audio)
-        prompt = engine.clone_prompt(rec.samples, recording.RATE, args.ref_text)
+        rec = recording.load(args.ref_audio, engine.encoder_rate)
+        prompt = engine.clone_prompt(rec.samples, rec.rate, args.ref_text)
         return None, language or "auto", prompt
     if args.ref_text is not None or args.x_vector_only:
         raise VoiceError("--ref-text and --x-vector-only go with --ref-audio")

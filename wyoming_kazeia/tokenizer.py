@@ -1,44 +1,8 @@
-"""Text -> token ids for the Qwen3-TTS prompt, identical to the official qwen-tts pipeline.
+"""Text -> token ids for the Qwen3-TTS prompt, the ids the official qwen-tts pipeline gives.
 
-The talker reads the token ids of the prompt
-``<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``
-(``Qwen3TTSModel._build_assistant_text`` in qwen-tts 0.1.1) and slices them itself (role tokens
-``[:3]``, text ``[3:-5]``), so every id must be the one the official tokenizer gives. This module
-rebuilds that tokenizer with the ``tokenizers`` library alone (no transformers or torch at run
-time) from the checkpoint's ``vocab.json``, ``merges.txt`` and ``tokenizer_config.json``:
-
-* NFC normalization, byte-level BPE (``continuing_subword_prefix=""``, no dropout, no unk, no
-  byte fallback), exactly as transformers' ``Qwen2Converter`` builds ``Qwen2TokenizerFast`` from
-  those files; ``merges.txt`` is parsed like ``Qwen2Tokenizer`` parses it.
-* The added tokens of ``added_tokens_decoder`` at their ids, with their flags (``special``,
-  ``normalized``, ``lstrip``, ``rstrip``, ``single_word``), plus any special token the config
-  names (``eos_token``, ``additional_special_tokens``...) that is not among them, as transformers
-  does.
-* Special-token strings typed inside the text (a literal ``"<|im_end|>"``) become their special
-  ids, as in the official pipeline: transformers matches added tokens in the input unless the
-  config sets ``split_special_tokens`` (Qwen3-TTS: false), which is honoured here too. Stripping
-  or escaping such strings is a policy of the caller, not of the tokenizer.
-
-**The pre-tokenizer regex ("Mistral regex" fix).** qwen-tts 0.1.1 loads its processor with
-``AutoProcessor.from_pretrained(path, fix_mistral_regex=True)``
-(``qwen_tts/inference/qwen3_tts_model.py``, ``Qwen3TTSModel.from_pretrained``); the kwarg reaches
-``Qwen2TokenizerFast.from_pretrained``. transformers 4.57.3
-(``PreTrainedTokenizerBase._from_pretrained`` / ``_patch_mistral_regex`` in
-``tokenization_utils_base.py``) then REPLACES the Qwen2 split regex by a different one
-(:data:`FIXED_MISTRAL_PATTERN`: it splits camel case, "HomeAssistant" -> "Home" "Assistant", and
-has no contraction rule, "it'sthe" -> "it" "'sthe" instead of "it" "'s" "the") when all hold:
-
-1. the vocabulary (``vocab.json``, without added tokens) has more than 100000 entries;
-2. the checkpoint folder has a ``config.json``;
-3. its ``transformers_version`` is missing or empty, or is in (4.57.2, 5.0.0), or is <= 4.57.2
-   while its ``model_type`` is missing or one of the Mistral types.
-
-Real Qwen3-TTS checkpoints say ``"transformers_version": "4.57.3"``, so the official pipeline
-tokenizes them with the replaced regex, and so do we: :meth:`TextTokenizer.from_dir` applies that
-same rule by default (``pre_tokenizer="auto"``); ``"qwen2"`` or ``"fixed_mistral"`` force a regex.
-The rule reads the ``config.json`` next to the tokenizer files: a folder holding only the
-tokenizer files (a converted model) must keep that config.json or pass the choice explicitly,
-otherwise "auto" falls back to the Qwen2 regex (with a warning), as transformers would there.
+The talker slices the prompt's ids itself, so every id must be the official tokenizer's; this
+module rebuilds that tokenizer from the checkpoint's vocab.json, merges.txt and
+tokenizer_config.json with the ``tokenizers`` library alone (no transformers or torch at run time).
 """
 
 from __future__ import annotations
@@ -90,7 +54,19 @@ FIXED_MISTRAL_PATTERN = (
     r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-# The constants of transformers' rule (see the module docstring).
+# The pre-tokenizer regex ("Mistral regex" fix). qwen-tts 0.1.1 loads its processor with
+# ``AutoProcessor.from_pretrained(path, fix_mistral_regex=True)`` (qwen_tts/inference/
+# qwen3_tts_model.py, ``Qwen3TTSModel.from_pretrained``); transformers 4.57.3
+# (``_patch_mistral_regex`` in tokenization_utils_base.py) then REPLACES the Qwen2 split regex by
+# FIXED_MISTRAL_PATTERN (it splits camel case, "HomeAssistant" -> "Home" "Assistant", and has no
+# contraction rule, "it'sthe" -> "it" "'sthe") when all hold:
+#   1. vocab.json (without added tokens) has more than _FIX_MIN_VOCAB entries;
+#   2. the checkpoint folder has a config.json;
+#   3. its transformers_version is missing or empty, or in (_FIX_LAST_UNAFFECTED,
+#      _FIX_FIRST_FIXED), or <= _FIX_LAST_UNAFFECTED while its model_type is missing or one of
+#      _MISTRAL_MODEL_TYPES.
+# Real Qwen3-TTS checkpoints say "transformers_version": "4.57.3", so the official pipeline
+# tokenizes them with the replaced regex, and so does official_pre_tokenizer.
 _FIX_MIN_VOCAB = 100000
 _FIX_LAST_UNAFFECTED = Version("4.57.2")
 _FIX_FIRST_FIXED = Version("5.0.0")
@@ -228,8 +204,9 @@ def official_pre_tokenizer(
     """The regex the official pipeline (qwen-tts 0.1.1 on transformers 4.57.3) uses for a folder.
 
     Mirrors transformers' ``_patch_mistral_regex`` called with ``fix_mistral_regex=True`` on a
-    local folder (the rule is spelled out in the module docstring). ``vocab_size`` is the size of
-    vocab.json without the added tokens.
+    local folder (the rule is spelled out above _FIX_MIN_VOCAB). ``vocab_size`` is the size of
+    vocab.json without the added tokens. The rule reads the folder's config.json: a folder holding
+    only the tokenizer files falls back to the Qwen2 regex (with a warning), as transformers would.
     """
     if vocab_size <= _FIX_MIN_VOCAB:
         return "qwen2"
@@ -273,6 +250,9 @@ class TextTokenizer:
     """The Qwen2 byte-level BPE tokenizer of a Qwen3-TTS checkpoint, as the official code runs it.
 
     Build it with :meth:`from_dir`. Encoding is thread-safe and needs no transformers.
+    Special-token strings typed inside the text (a literal ``"<|im_end|>"``) become their special
+    ids, as in the official pipeline, unless the config sets ``split_special_tokens``
+    (Qwen3-TTS: false); stripping or escaping them is a policy of the caller.
     """
 
     def __init__(
@@ -296,6 +276,8 @@ class TextTokenizer:
         if pre_tokenizer not in ("qwen2", "fixed_mistral"):
             raise ValueError(f"unknown pre_tokenizer {pre_tokenizer!r}")
         self.pre_tokenizer: Literal["qwen2", "fixed_mistral"] = pre_tokenizer
+        # NFC, then byte-level BPE without dropout, unk or byte fallback: what transformers'
+        # Qwen2Converter builds Qwen2TokenizerFast from these files with.
         try:
             model = BPE(
                 vocab=dict(vocab),
@@ -318,6 +300,8 @@ class TextTokenizer:
         )
         tok.decoder = decoders.ByteLevel()
 
+        # The added tokens at their ids with their flags, then the special tokens the config names
+        # that are not among them, as transformers adds them.
         added = list(added_tokens)
         for expected, token in added:
             tok.add_tokens([token])
@@ -386,14 +370,16 @@ class TextTokenizer:
         )
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``; special-token strings in it map to their ids (see module doc)."""
+        """Token ids of ``text``; special-token strings in it map to their ids (see the class)."""
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def prompt_ids(self, text: str) -> list[int]:
         """Token ids of the official assistant prompt around ``text``.
 
-        The whole prompt string is tokenized, as the official code does, rather than ``text``
-        alone between fixed ids: the line break after ``assistant`` pre-tokenizes together with
+        The prompt is ``Qwen3TTSModel._build_assistant_text``'s (qwen-tts 0.1.1); the talker takes
+        the role tokens as ``[:3]`` and the text as ``[3:-5]``. The whole prompt string is
+        tokenized, as the official code does, rather than ``text`` alone between fixed ids: the
+        line break after ``assistant`` pre-tokenizes together with
         leading whitespace of ``text`` that contains a line break (``"\\n\\nHi"``), which then
         changes the third id. Otherwise ``prompt_ids(t)[3:-5] == encode(t)``.
         """

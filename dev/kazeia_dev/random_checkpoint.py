@@ -22,15 +22,15 @@ stream derived from (seed, tensor name): the output is a pure function of size, 
 
 Where the full-size values come from (the published config.json files are not stored in this
 repository and cannot be downloaded here):
-  * talker / code predictor / speaker encoder ``enc_dim`` / token ids: DESIGN.md section 2 and the
-    tiny reference config.json (ids), cross-checked with several public re-implementations that
-    quote the published Qwen3-TTS-12Hz-{0.6B,1.7B}-{CustomVoice,Base} config.json (28 layers,
+  * talker / code predictor / speaker encoder ``enc_dim`` / token ids: docs/model.md ("Sizes")
+    and the tiny reference config.json (ids), cross-checked with several public re-implementations
+    that quote the published Qwen3-TTS-12Hz-{0.6B,1.7B}-{CustomVoice,Base} config.json (28 layers,
     16/8 heads, head_dim 128, hidden 1024/2048, SwiGLU 3072/6144, text_hidden 2048, max positions
     32768 (talker) / 65536 (code predictor), rope_theta 1e6, M-RoPE [24, 20, 20] interleaved,
     position_id_per_seconds 13, speaker encoder enc_dim 1024 (0.6B) / 2048 (1.7B)).
-  * speech tokenizer decoder: DESIGN.md section 2 and the official code defaults, cross-checked
-    with public copies of Qwen3-TTS-Tokenizer-12Hz's config.json (codebook_dim 512, latent 1024,
-    hidden 512, 8 layers, 16x64 heads, SwiGLU 1024, window 72, decoder_dim 1536,
+  * speech tokenizer decoder: docs/model.md ("The speech decoder") and the official code defaults,
+    cross-checked with public copies of Qwen3-TTS-Tokenizer-12Hz's config.json (codebook_dim 512,
+    latent 1024, hidden 512, 8 layers, 16x64 heads, SwiGLU 1024, window 72, decoder_dim 1536,
     semantic_codebook_size 4096, vector_quantization_hidden_dimension 512).
   * speech tokenizer encoder (Mimi): the same public copies (hidden 512, 64 filters, ratios
     [8, 6, 5, 4], 8 layers, 8x64 heads, MLP 2048, 32 quantizers of 2048 x 256, window 250); they
@@ -71,7 +71,7 @@ _CHUNK_ELEMS = 1 << 22  # elements generated per chunk (16 MiB of float32)
 _PROGRESS_MIN_BYTES = 64 << 20  # files smaller than this are written without progress lines
 
 # ---------------------------------------------------------------------------------------------
-# Token ids (authoritative: the tiny reference config.json == the published ones, DESIGN.md s.2)
+# Token ids (authoritative: the tiny reference config.json == the published ones)
 # ---------------------------------------------------------------------------------------------
 
 IM_START_ID = 151644
@@ -430,7 +430,7 @@ def speech_tokenizer_config(size: str) -> dict[str, Any]:
 
 
 def generation_config() -> dict[str, Any]:
-    """generation_config.json (sampling defaults, DESIGN.md section 2)."""
+    """generation_config.json (sampling defaults: docs/model.md, "Sampling")."""
     return {
         "do_sample": True,
         "repetition_penalty": 1.05,

@@ -257,6 +257,9 @@ void def_engine(py::module_ &m) {
           "The facts of a decoder GGUF (sample rate, hop, codebooks), checked as a load checks the "
           "file, without reading its weights (ModelError otherwise).");
     m.attr("DECODER_MAX_CHUNK_FRAMES") = DECODER_MAX_CHUNK_FRAMES;
+    // The width of every decoder graph on a GPU, and so the service's push size (settings.py,
+    // engine.py take it from here).
+    m.attr("DECODER_GPU_CHUNK_FRAMES") = DECODER_GPU_CHUNK_FRAMES;
     m.attr("KERNEL_ISA") = kernel_isa();
     m.def(
         "cpu_backend",

@@ -40,11 +40,11 @@ std::string lower(std::string s) {
 }
 
 // ggml's Vulkan shaders, on a device with fp16 arithmetic, stage every matrix product's operands
-// in f16 (even f32 x f32): the decoder then lands 2e-2 from the reference instead of 3e-5, and
-// the talker's logits 3.6e-3 instead of 1e-5 (measured on lavapipe). Their f32 shaders are
-// chosen here, before the backend first opens a device (it reads the variable then);
-// KAZEIA_VULKAN_F16=1 keeps ggml's f16 shaders: faster on a real GPU, as far from the
-// reference as said. A GGML_VK_DISABLE_F16 set by the user is left alone.
+// in f16 (even f32 x f32): the decoder's samples and the talker's logits then land orders of
+// magnitude further from the reference than in f32. Their f32 shaders are chosen here, before
+// the backend first opens a device (it reads the variable then); KAZEIA_VULKAN_F16=1 keeps
+// ggml's f16 shaders: faster on a real GPU, as far from the reference as said. A
+// GGML_VK_DISABLE_F16 set by the user is left alone.
 void choose_vulkan_precision() {
     const char *f16 = std::getenv("KAZEIA_VULKAN_F16");
     if (f16 && std::string(f16) == "1") return;

@@ -69,9 +69,9 @@ void run_tasks(WorkerPool *pool, int ith, int nth, int64_t n_tasks, const Task &
 }
 
 // sin^2 through a Cody-Waite reduction by pi/2 and Cephes' single-precision polynomials on
-// [-pi/4, pi/4]; libm's sinf, which ggml_sin calls per element, costs ~10x more and the
-// vocoder evaluates ~35 M per second of audio. Accurate to a few ulp for |x| < 1e5 (sign is
-// irrelevant once squared). sin2_8 below is the same computation on 8 lanes.
+// [-pi/4, pi/4]; libm's sinf, which ggml_sin calls per element, costs far more, and the
+// vocoder evaluates tens of millions per second of audio. Accurate to a few ulp for |x| < 1e5
+// (sign is irrelevant once squared). sin2_8 below is the same computation on 8 lanes.
 __attribute__((always_inline)) inline float sin2(float x) {
     const float k = static_cast<float>(static_cast<int32_t>(x * 0.636619772367581f +
                                                             (x >= 0.0f ? 0.5f : -0.5f)));
@@ -88,8 +88,8 @@ __attribute__((always_inline)) inline float sin2(float x) {
 }
 
 #if KAZEIA_AVX2
-// gcc does not vectorize sin2's selects ("control flow in loop"): written out, the SnakeBeta
-// op runs ~5x faster (it was a third of a full decode).
+// gcc does not vectorize sin2's selects ("control flow in loop"), so they are written out on 8
+// lanes here: the SnakeBeta op runs on every activation of the vocoder.
 KAZEIA_AVX2_FN inline __m256 sin2_8(__m256 x) {
     const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
     const __m256 half = _mm256_or_ps(_mm256_set1_ps(0.5f), sign);  // +-0.5 as x's sign
@@ -134,7 +134,8 @@ inline float32x4_t sin2_4(float32x4_t x) {
 
 #if KAZEIA_AVX2
 // sin2 compiled for FMA (inlined here, its products and sums contract into FMAs): the tails
-// of the AVX2 paths compute exactly what they did when the whole file was built for AVX2.
+// of the AVX2 paths compute what the 8-lane FMA code computes, as if the whole file were
+// built for AVX2.
 KAZEIA_AVX2_FN inline float sin2_fma(float x) { return sin2(x); }
 
 // One column, all of its channels: groups of 8, then the tail.
@@ -235,8 +236,8 @@ constexpr int64_t NR = 6;    // output columns per micro-tile
 constexpr int64_t NC = 96;   // columns per cache block (B block ~ NC * KC floats in L2)
 constexpr int64_t KC_MAX = 256;
 // Weights are prefetched this many K steps ahead: streamed frames read each weight once, and
-// the prefetchers alone reach ~2/3 of the memory bandwidth there (measured: 1.45 vs 2.06 ms
-// for the 38 MB f16 first vocoder upsampling at one frame; no change on full decodes).
+// the hardware prefetchers alone fall short of the memory bandwidth there (full decodes, which
+// reuse each weight, neither gain nor lose).
 constexpr int64_t PREFETCH_K = 16;
 constexpr int64_t PANEL_OUTER_MAX_INPUT = 512 * 1024;  // bytes of a column block's input
 
@@ -425,8 +426,8 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
     const int64_t panels_per = (n_panels + m_split - 1) / m_split;
     // When a column block's whole input fits in L2 (a streamed frame: 1-32 columns), each task
     // walks its panels one at a time through all of K: one sequential stream of weights per
-    // task, which the prefetchers follow (~2x the bandwidth of K-block-outer order, whose
-    // 4-8 KB runs per panel stop them). Otherwise K-block-outer keeps the input block in cache.
+    // task, which the prefetchers follow (unlike K-block-outer order, whose short runs per
+    // panel stop them). Otherwise K-block-outer keeps the input block in cache.
     const bool panel_outer = K * std::min(len, NC) * (int64_t)sizeof(float) <= PANEL_OUTER_MAX_INPUT;
     auto block = [&](int64_t task) {
         const int64_t ib = task / m_split, ms = task % m_split;
@@ -585,9 +586,8 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
     if (rows == 0) return;
     const ggml_type_traits_cpu *traits = cpu_backend().type_traits(type);
     // Few long tasks: each is one sequential stream through its rows, which the hardware
-    // prefetchers serve far better than many short interleaved ones (measured on a 3072 x
-    // 1024 q8_0 GEMV, 2 threads: 26 GB/s with 32-row tasks, 35-39 GB/s with 4 tasks per
-    // thread). A few per thread still let a preempted thread's share be taken over.
+    // prefetchers serve far better than many short interleaved ones. A few per thread still
+    // let a preempted thread's share be taken over.
     const int64_t n_tasks = std::max<int64_t>(
         1, std::min<int64_t>((rows + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
                              MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
@@ -663,8 +663,8 @@ struct AttentionRow {
 
 // A head's key or value rows lie one cache row apart (all heads of a position are together),
 // e.g. 4 KB for the talker: every row starts a new page, where the hardware prefetchers stop,
-// so the rows a few positions ahead are asked for here (measured: a 1500-frame synthesis's
-// talker spent ~3x the time its cache's bytes take to read).
+// so the rows a few positions ahead are asked for here (else a long synthesis's talker waits
+// on its cache far longer than its bytes take to read).
 constexpr int64_t ATTENTION_PREFETCH = 16;  // positions ahead
 // Asks for the `n` floats of `rows`' row c + ATTENTION_PREFETCH (rows `stride` apart), if any.
 inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t stride, int64_t n) {

@@ -69,8 +69,8 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
 namespace kazeia {
 
 // [a | b] along time: a [C, A] and b [C, B], contiguous f32 -> [C, A + B]. Two memcpys where
-// ggml_concat goes element by element (measured ~2 ms per streamed frame for the decoder's
-// KV caches and conv histories, which are copied every push).
+// ggml_concat goes element by element; the decoder copies its KV caches and conv histories so
+// on every push.
 ggml_tensor *concat_time(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
 
 // Softmax attention of n queries over n_kv keys, with grouped heads (query head h reads kv

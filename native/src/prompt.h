@@ -1,7 +1,7 @@
-// The prompt room: every fact of the talker's prompt layouts (DESIGN.md section 2 and
-// VOICES.md section 6) in one place: CustomVoice (a built-in speaker, with an instruction on
-// 1.7B), VoiceDesign (a described voice), Base (a cloned voice: x-vector only, or in context
-// with the reference recording's codes and transcript).
+// The prompt room: every fact of the talker's prompt layouts (docs/model.md, "The prompt") in
+// one place: CustomVoice (a built-in speaker, with an instruction on 1.7B), VoiceDesign (a
+// described voice), Base (a cloned voice: x-vector only, or in context with the reference
+// recording's codes and transcript).
 #pragma once
 
 #include <cstdint>

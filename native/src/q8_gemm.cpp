@@ -300,8 +300,8 @@ void unpack_columns(const void *x, int64_t n, int64_t K, Columns &cols) {
     }
 }
 
-// Below this many columns the repacking costs more than the dot products it speeds up
-// (measured on the talker's matrices, Zen 5, 2 threads: see script/bench).
+// Below this many columns the repacking costs more than the dot products it speeds up (on
+// the talker's matrices).
 constexpr int64_t MIN_COLUMNS = 8;
 constexpr int64_t TASKS_PER_THREAD = 4;
 

@@ -1,6 +1,6 @@
 // Batched products of q8_0 weights with q8_0 activations: the prefill of a prompt (a voice's
 // reference frames, a sentence's text rows), where ggml's q8_0 dot product, called once per
-// (row, column), is bound by its per-block arithmetic (~5 ms per talker row on 2 cores).
+// (row, column), is bound by its per-block arithmetic.
 //
 // The kernel repacks 8 weight rows at a time so that one 32-bit lane holds one row (4 bytes of
 // it), and multiplies them with 4 broadcast bytes of a column: one integer dot instruction then

@@ -1,4 +1,4 @@
-// The speaker encoder of the Base models (VOICES.md section 4): log-mel features computed here
+// The speaker encoder of the Base models (docs/model.md, "Model kinds"): log-mel features here
 // in double precision (a radix-2 FFT and the Slaney mel filterbank of librosa), then the
 // ECAPA-TDNN as one ggml graph in time-major layout [T, C] (ggml's reflect padding, im2col
 // convolution and softmax all work along ne0 = time). Runs once per voice; every weight is f32.

@@ -118,8 +118,9 @@ struct SpeechDecoder::Model {
         if (is_cpu(device)) pack_weights();  // on a GPU the convs are ggml's matrix products
     }
 
-    // The convolutions and the ConvNeXt MLPs hold ~99% of the decoder's FLOPs: their weights
-    // are packed once for conv_gemm. Weights it cannot take (quantized, odd widths) stay with ggml.
+    // The convolutions and the ConvNeXt MLPs hold nearly all of the decoder's FLOPs: their
+    // weights are packed once for conv_gemm. Weights it cannot take (quantized, odd widths)
+    // stay with ggml.
     void pack_weights() {
         auto pack = [](Conv &c) {
             if (conv_gemm_supported(c.w)) {

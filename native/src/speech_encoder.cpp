@@ -1,8 +1,8 @@
-// The speech encoder of the Base models (VOICES.md section 5): a Mimi encoder. SEANet causal
-// convolutions (time-major [T, C], ggml's im2col convolution with Encodec's padding rule), a
-// causal transformer without a window (what transformers 4.57.3 runs), the downsampling conv
-// with replicate padding, then the split residual vector quantizer in double precision here.
-// Runs once per voice; every weight is f32.
+// The speech encoder of the Base models (docs/model.md, "Model kinds"): a Mimi encoder. SEANet
+// causal convolutions (time-major [T, C], ggml's im2col convolution with Encodec's padding
+// rule), a causal transformer without a window (what transformers 4.57.3 runs), the
+// downsampling conv with replicate padding, then the split residual vector quantizer in double
+// precision here. Runs once per voice; every weight is f32.
 #include "kazeia/speech_encoder.h"
 
 #include <cmath>

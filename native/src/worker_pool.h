@@ -1,11 +1,10 @@
 // A small pool of compute threads owned by one engine object.
 //
 // ggml's CPU threadpool synchronizes every graph node with a spinning barrier: on a box where
-// other processes compete for the cores, a descheduled thread stalls every node (measured:
-// >10x slower with 2 threads beside a 2-thread load). The decoder therefore runs its ggml
-// graph on one thread and parallelizes its heavy custom ops here instead: tasks are taken
-// from a shared counter (a late or preempted thread just takes fewer), and idle threads
-// poll only briefly before sleeping on a condition variable.
+// other processes compete for the cores, a descheduled thread stalls every node. The decoder
+// therefore runs its ggml graph on one thread and parallelizes its heavy custom ops here
+// instead: tasks are taken from a shared counter (a late or preempted thread just takes
+// fewer), and idle threads poll only briefly before sleeping on a condition variable.
 #pragma once
 
 #include <atomic>

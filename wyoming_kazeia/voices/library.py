@@ -1,7 +1,7 @@
 """The voice library: voices beyond the built-in speakers, kept in the data directory.
 
     DATA_DIR/voices/NAME/voice.json      what the voice is (kind, transcript, description, ...)
-    DATA_DIR/voices/NAME/reference.wav   a clone's recording, 24 kHz mono float (as encoded)
+    DATA_DIR/voices/NAME/reference.wav   a clone's recording, mono float at the encoders' rate
     DATA_DIR/voices/NAME/prompt-*.npz    its prompt for one model (x-vector, reference codes,
                                          token ids), computed once and reused
 
@@ -172,7 +172,7 @@ class VoiceLibrary:
         tmp = Path(tempfile.mkdtemp(prefix=f".{voice.name}.", dir=self.root))
         try:
             if rec is not None:
-                sf.write(tmp / REFERENCE_FILE, rec.samples, recording.RATE, subtype="FLOAT")
+                sf.write(tmp / REFERENCE_FILE, rec.samples, rec.rate, subtype="FLOAT")
             data = {k: v for k, v in asdict(voice).items() if v is not None}
             (tmp / VOICE_FILE).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
             tmp.chmod(0o755)
@@ -248,8 +248,7 @@ class VoiceLibrary:
 
     def prompt(self, voice: StoredVoice, engine: Engine) -> VoicePrompt:
         """The voice's prompt for `engine`'s model: read from its file when computed before,
-        else computed now (a clone in context: ~4 s for a 6 s recording on 2 cores) and
-        stored."""
+        else computed now (a clone in context takes seconds) and stored."""
         from ..engine import VoicePrompt
 
         folder = self.root / voice.name
@@ -278,7 +277,8 @@ class VoiceLibrary:
             except OSError as err:
                 raise VoiceError(f"the recording of voice {voice.name!r}: {err}") from err
             samples, rate = sf.read(str(reference), dtype="float32")
-            if voice.audio_sha256 != recording.check(samples, rate, voice.name).sha256:
+            # Stored as the recording was checked: its sha256 is of these very samples.
+            if voice.audio_sha256 != recording.check(samples, rate, voice.name, rate).sha256:
                 raise VoiceError(
                     f"the recording of voice {voice.name!r} changed on disk: add it again"
                 )

@@ -1,4 +1,4 @@
-"""``script/bench quality``: what the talker's weight types cost against f32 (issue 15 item 2).
+"""``script/bench quality``: what the talker's weight types cost against f32.
 
 On the full-size random checkpoint of ``--size``, the talker converted to each ``--types`` runs
 greedy (the trace the parity tests use) on the same prompts as the f32 talker: the talker's

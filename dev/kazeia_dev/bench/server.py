@@ -252,7 +252,7 @@ def server_table(result: dict[str, Any]) -> str:
     lines.append(
         f"\n`describe` -> `info` while a synthesis runs ({len(d)} new connections, 100 ms "
         f"apart): median {statistics.median(d):.1f} ms, max {max(d):.1f} ms (Home Assistant "
-        "waits 1 s; wyoming-piper took 2.45 s, DESIGN.md)."
+        "waits 1 s)."
     )
     lines.append(
         "\nThe in-process row is the server's engine called directly (a fresh process, the "

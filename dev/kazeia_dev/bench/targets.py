@@ -1,6 +1,6 @@
 """Every target the benches check, in one table, and the peer figures they quote.
 
-A target is the bound an issue set for one measured figure on the reference box (2-core AVX2,
+A target is the bound set for one measured figure on the reference box (2-core AVX2,
 2 threads); the reports print each beside its figure with "ok" or "MISSED". Change a bound
 here and every report and verdict follows.
 """
@@ -28,13 +28,13 @@ TARGETS: dict[str, dict[str, float]] = {
         "stream_ratio": 1.05,  # streaming total / one-shot total
         "rtf": 2.2,
         "peak_rss_mb": 1100.0,
-        "load_slowdown": 2.0,  # beside busy processes / unloaded, in every run (issue 15)
-        "clone_ttfa_ms": 250.0,  # a cloned voice's first audio (issue 14)
-        "long_ratio": 1.15,  # per-frame cost of a 2-minute synthesis / a sentence's (issue 15)
+        "load_slowdown": 2.0,  # beside busy processes / unloaded, in every run
+        "clone_ttfa_ms": 250.0,  # a cloned voice's first audio
+        "long_ratio": 1.15,  # per-frame cost of a 2-minute synthesis / a sentence's
     },
 }
 
-# The engine bench's targets for other sizes and weight types (issue 15), over TARGETS["engine"].
+# The engine bench's targets for other sizes and weight types, over TARGETS["engine"].
 ENGINE_TARGETS_BY_MODEL: dict[tuple[str, str], dict[str, float]] = {
     ("1.7b", "q8_0"): {"rtf": 1.8, "ttfa_ms": 200.0, "peak_rss_mb": 2200.0},
     ("1.7b", "q4_k"): {"rtf": 1.4, "ttfa_ms": 200.0, "peak_rss_mb": 2200.0},

@@ -1,5 +1,6 @@
 // Speaker encoder of the Base models (an ECAPA-TDNN over log-mel features: the x-vector of a
-// reference recording): its format table in the idiom of arch.h. VOICES.md section 4.
+// reference recording): its format table in the idiom of arch.h. See docs/model.md, "Model
+// kinds".
 #pragma once
 
 #include <cstdint>

@@ -86,9 +86,10 @@ const char *kernel_isa();
 // Largest number of frames one graph evaluates; longer pushes are split (memory bound).
 inline constexpr int64_t DECODER_MAX_CHUNK_FRAMES = 16;
 // On a GPU every graph evaluates exactly this many frames, a longer push split and a shorter
-// one padded (see push_chunk): the service's pushes are 4 frames (its default stream chunk,
-// and its one-pass decode's pushes), and a GPU's time goes to a graph's dispatches more than
-// to its width, so a wider graph would only compute padding.
+// one padded (see push_chunk). The service's pushes are this many frames (its default stream
+// chunk and its one-pass decode's pushes: wyoming_kazeia/settings.py and engine.py read it
+// through the Python module), and a GPU's time goes to a graph's dispatches more than to its
+// width, so a wider graph would only compute padding.
 inline constexpr int64_t DECODER_GPU_CHUNK_FRAMES = 4;
 
 }  // namespace kazeia

@@ -1,6 +1,6 @@
 // Speech encoder of the Base models (the encoding half of Qwen3-TTS-Tokenizer-12Hz, a Mimi
 // encoder: 24 kHz audio -> 16 codes per 80 ms frame, the reference codes of in-context
-// cloning): its format table in the idiom of arch.h. VOICES.md section 5.
+// cloning): its format table in the idiom of arch.h. See docs/model.md, "Model kinds".
 #pragma once
 
 #include <cstdint>
