@@ -17,7 +17,8 @@ callers that catch those keep working.
     ├── ServiceBusyError    the queue in front of the engine is full
     ├── NotReadyError       the model is still being downloaded, converted or loaded
     ├── SlowClientError     a client left too much audio unread: its synthesis is cancelled
-    └── ProtocolError       a malformed Wyoming event (answered, then the connection closes)
+    ├── ProtocolError       a malformed Wyoming event (answered, then the connection closes)
+    └── SsmlError           a text said to be SSML that is malformed (a bad-request)
 
 The native extension raises `ModelError` and `InputError` as these very classes (its module
 initialisation looks them up here), so a C++ error reaches Python already in the family.

@@ -1,37 +1,7 @@
-"""The Wyoming event handler: one per connection.
+"""The Wyoming event handler, one per connection, and the sentence splitting of its text.
 
-Reading and speaking are separate: `run` keeps reading events (so `describe` is answered and
-`synthesize-chunk` text keeps arriving while audio is produced), and each text to speak goes,
-in order, to the connection's speaking task, which streams the audio as the engine yields it.
-
-    describe                      -> info (while the model loads: no installed program yet)
-    ping                          -> pong
-    synthesize                    -> audio-start, audio-chunk*, audio-stop
-    synthesize-start              opens a stream (its voice is checked at once)
-    synthesize-chunk*             split into sentences; each one is spoken as soon as it is
-                                  complete: audio-start, audio-chunk*, audio-stop per sentence
-    synthesize (inside a stream)  ignored: it repeats the streamed text
-    synthesize-stop               the rest of the text, then synthesize-stopped
-    synthesize-start (inside one) ends the open stream as synthesize-stop would (its text is
-                                  spoken), then opens the new one
-
-Text is made speakable on its way to the sentence splitter (`speakable`: Markdown, HTML,
-links and emoji as a person would read them; the speakable_text setting turns it off). A text
-whose `text_format` is "ssml" is an SSML document: spoken without its tags, a `<break>` a pause
-of its length; an SSML stream is spoken at its synthesize-stop, once the document is whole.
-
-A one-shot `synthesize` that fails (unknown voice or speaker, server busy, model still loading,
-a synthesis that fails before or during its audio) gets an `error` and then the connection is
-closed, without `audio-stop`: Home Assistant's client ignores `error` events and reads until
-`audio-stop` or the end of the connection, so the end of the connection is what tells it the
-request failed (partial audio is discarded rather than played as if complete). Inside a
-`synthesize-start/stop` stream an error is answered and the stream goes on to
-`synthesize-stopped`. Malformed input (a header that is not a JSON object, oversized header,
-data or payload, an event missing its fields) gets an `error` (`bad-request`) and that
-connection is closed, and so does text that is not valid Unicode (a lone surrogate). A client
-that disconnects cancels its whole answer: the sentence being spoken stops within a frame and
-the queued ones are dropped. Errors and log lines quote at most QUOTE_CHARS of what a client
-sent; long texts are split into sentences a slice at a time, with other connections' turns between.
+`run` keeps reading events while each text is spoken, in order, by the connection's speaking
+task; the events, their answers and the error rules are in KazeiaEventHandler's docstring.
 """
 
 from __future__ import annotations
@@ -221,6 +191,43 @@ class Connections:
 
 
 class KazeiaEventHandler(AsyncEventHandler):
+    """One connection.
+
+    Reading and speaking are separate: `run` keeps reading events (so `describe` is answered and
+    `synthesize-chunk` text keeps arriving while audio is produced), and each text to speak goes,
+    in order, to the connection's speaking task, which streams the audio as the engine yields it.
+
+        describe                      -> info (while the model loads: no installed program yet)
+        ping                          -> pong
+        synthesize                    -> audio-start, audio-chunk*, audio-stop
+        synthesize-start              opens a stream (its voice is checked at once)
+        synthesize-chunk*             split into sentences; each one is spoken as soon as it is
+                                      complete: audio-start, audio-chunk*, audio-stop per sentence
+        synthesize (inside a stream)  ignored: it repeats the streamed text
+        synthesize-stop               the rest of the text, then synthesize-stopped
+        synthesize-start (inside one) ends the open stream as synthesize-stop would (its text is
+                                      spoken), then opens the new one
+
+    Text is made speakable on its way to the sentence splitter (`speakable`: Markdown, HTML,
+    links and emoji as a person would read them; the speakable_text setting turns it off). A text
+    whose `text_format` is "ssml" is an SSML document: spoken without its tags, a `<break>` a pause
+    of its length; an SSML stream is spoken at its synthesize-stop, once the document is whole.
+
+    A one-shot `synthesize` that fails (unknown voice or speaker, server busy, model still loading,
+    a synthesis that fails before or during its audio) gets an `error` and then the connection is
+    closed, without `audio-stop`: Home Assistant's client ignores `error` events and reads until
+    `audio-stop` or the end of the connection, so the end of the connection is what tells it the
+    request failed (partial audio is discarded rather than played as if complete). Inside a
+    `synthesize-start/stop` stream an error is answered and the stream goes on to
+    `synthesize-stopped`. Malformed input (a header that is not a JSON object, oversized header,
+    data or payload, an event missing its fields) gets an `error` (`bad-request`) and that
+    connection is closed, and so does text that is not valid Unicode (a lone surrogate). A client
+    that disconnects cancels its whole answer: the sentence being spoken stops within a frame
+    and the queued ones are dropped. Errors and log lines quote at most QUOTE_CHARS of what a
+    client sent; long texts are split into sentences a slice at a time, with other connections'
+    turns between.
+    """
+
     def __init__(
         self,
         info: Callable[[], Awaitable[Info]],

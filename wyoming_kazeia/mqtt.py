@@ -1,29 +1,5 @@
-"""Home Assistant MQTT bridge: the TTS service as a device with knobs and sensors.
-
-    config = MqttConfig.from_args(args)          # None when no --mqtt-host / KZTTS_MQTT_HOST
-    if config is not None:
-        asyncio.create_task(MqttBridge(service, config).run())
-
-One device ("Kazeia TTS") is announced through MQTT discovery:
-
-    <prefix>/<component>/<node_id>/<key>/config   discovery payload (retained)
-    <node_id>/<key>/state                         current value (retained)
-    <node_id>/<key>/set                           command from Home Assistant (select, number)
-    <node_id>/availability                        online / offline (retained; the last will)
-    <prefix>/status                               Home Assistant's "online": discovery again
-
-Entities: select default_voice, threads and backend (the compute device of the talker and
-code predictor, unless their own settings say); number stream_chunk and temperature (an unset
-temperature shows the model's own value); sensors ttfa, rtf, audio_seconds (of the last
-synthesis; "None", i.e. unknown, before the first), served, queue_depth and engine_state.
-
-A command is validated by the service; a bad one is logged and the current state is published
-again (so Home Assistant shows what is really in use). A good one applies from the next
-synthesis on, threads included (the engine reloads its generator between syntheses).
-
-The TTS service never waits for the broker: the bridge runs beside it and, when the broker is
-unreachable or lost, retries with exponential backoff; each new connection publishes discovery
-and every state again (a broker without persistence has forgotten them).
+"""Home Assistant MQTT bridge: the TTS service as a device with knobs and sensors (topics,
+entities and retries: MqttBridge's docstring).
 """
 
 from __future__ import annotations
@@ -186,6 +162,35 @@ def _integer(text: str) -> int:
 
 
 class MqttBridge:
+    """The bridge of one service to one broker.
+
+        config = MqttConfig.from_args(args)          # None when no --mqtt-host / KZTTS_MQTT_HOST
+        if config is not None:
+            asyncio.create_task(MqttBridge(service, config).run())
+
+    One device ("Kazeia TTS") is announced through MQTT discovery:
+
+        <prefix>/<component>/<node_id>/<key>/config   discovery payload (retained)
+        <node_id>/<key>/state                         current value (retained)
+        <node_id>/<key>/set                           command from Home Assistant (select, number, switch)
+        <node_id>/availability                        online / offline (retained; the last will)
+        <prefix>/status                               Home Assistant's "online": discovery again
+
+    Entities: select default_voice, threads and backend (the compute device of the talker and
+    code predictor, unless their own settings say); number stream_chunk and temperature (an unset
+    temperature shows the model's own value); switch speakable_text; sensors ttfa, rtf,
+    audio_seconds (of the last
+    synthesis; "None", i.e. unknown, before the first), served, queue_depth and engine_state.
+
+    A command is validated by the service; a bad one is logged and the current state is published
+    again (so Home Assistant shows what is really in use). A good one applies from the next
+    synthesis on, threads included (the engine reloads its generator between syntheses).
+
+    The TTS service never waits for the broker: the bridge runs beside it and, when the broker is
+    unreachable or lost, retries with exponential backoff; each new connection publishes discovery
+    and every state again (a broker without persistence has forgotten them).
+    """
+
     def __init__(self, service: TtsService, config: MqttConfig) -> None:
         self.service = service
         self.config = config
