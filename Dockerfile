@@ -91,7 +91,7 @@ VOLUME /data
 EXPOSE 10200
 # A describe -> info round trip (the rhasspy images' convention) at KZTTS_URI; the start period
 # covers a first start that downloads (~2.5 GB) and converts the model, while the server
-# already answers (the check says "not ready" then).
+# already answers (the check prints "loading: ..." then, and passes).
 HEALTHCHECK --interval=10s --timeout=10s --start-period=30m --retries=3 \
     CMD ["python", "-m", "wyoming_kazeia.health_check"]
 # Extra arguments of `docker run` are appended: e.g. --zeroconf, --voice vivian-fr, --mqtt-host.

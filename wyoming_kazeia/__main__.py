@@ -6,10 +6,10 @@
 Every option has an environment variable (shown in --help); a flag wins over its variable.
 The socket is bound first: while a first start downloads, converts and loads the model,
 `describe` is answered (the program with the default voice only, its description says how far
-the loading is: see server.build_info) and a synthesis is refused with `model-loading`. The
+the loading is) and a synthesis is refused with `model-loading`. The
 zeroconf announcement (--zeroconf) goes out once the socket accepts connections. SIGTERM,
-SIGHUP and Ctrl-C stop the server: what runs is cancelled, and the process ends within STOP_S
-seconds whatever the engine is doing.
+SIGHUP and Ctrl-C stop the server: what runs is cancelled, and the process ends within 2 s
+whatever the engine is doing.
 """
 
 from __future__ import annotations

@@ -461,7 +461,7 @@ class Engine:
         # Generator and decoder compute at the same time while streaming: their idle workers
         # yield the cores to each other ("polite" pools).
         self.generator = self._load_generator(self.settings.threads, self.devices)
-        # The in-process decoder (245-456 MB) is loaded only where it decodes: with the
+        # The in-process decoder (hundreds of MB) is loaded only where it decodes: with the
         # subprocess placement the kazeia-decoder process holds the only copy.
         # The decoder's facts come from its file, checked now (not per synthesis) also when the
         # subprocess decodes: its header and tensor table through a memory map, no weights read.

@@ -11,8 +11,8 @@
   ~/.cache/huggingface: a model already there is not fetched again; HF_HUB_OFFLINE=1 is
   honoured), downloaded when missing with its size and an ETA in the log; a repo whose
   config.json names a kind Kazeia cannot serve is refused before its weights are fetched.
-  A checkpoint folder at DATA_DIR/hf/OWNER--NAME (where earlier versions downloaded) is used
-  too. Offline, a clear message says what to download and where to put it.
+  A checkpoint folder at DATA_DIR/hf/OWNER--NAME is used too. Offline, a clear message says
+  what to download and where to put it.
 
 Long steps report their progress through a callback (the server shows it in `describe`).
 """

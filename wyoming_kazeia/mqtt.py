@@ -172,7 +172,7 @@ class MqttBridge:
 
         <prefix>/<component>/<node_id>/<key>/config   discovery payload (retained)
         <node_id>/<key>/state                         current value (retained)
-        <node_id>/<key>/set                           command from Home Assistant (select, number, switch)
+        <node_id>/<key>/set                           command from Home Assistant (not sensors)
         <node_id>/availability                        online / offline (retained; the last will)
         <prefix>/status                               Home Assistant's "online": discovery again
 

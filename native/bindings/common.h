@@ -26,7 +26,12 @@ void def_formats(py::module_ &m);
 void def_testing(py::module_ &m);
 
 // A float vector handed to numpy without a copy (the array owns it).
-py::array_t<float> to_numpy(std::vector<float> &&v);
+inline py::array_t<float> to_numpy(std::vector<float> &&v) {
+    auto *owner = new std::vector<float>(std::move(v));
+    py::capsule free_when_done(owner, [](void *p) { delete static_cast<std::vector<float> *>(p); });
+    return py::array_t<float>({(py::ssize_t)owner->size()}, {sizeof(float)}, owner->data(),
+                              free_when_done);
+}
 
 // A part's hyper-parameters as {GGUF key: value}; maps as {name: value} dicts.
 template <class H> py::dict meta_to_dict(const std::vector<MetaKey<H>> &keys, H hp) {

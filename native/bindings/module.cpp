@@ -8,17 +8,6 @@
 
 namespace py = pybind11;
 
-namespace kazeia::bindings {
-
-py::array_t<float> to_numpy(std::vector<float> &&v) {
-    auto *owner = new std::vector<float>(std::move(v));
-    py::capsule free_when_done(owner, [](void *p) { delete static_cast<std::vector<float> *>(p); });
-    return py::array_t<float>({(py::ssize_t)owner->size()}, {sizeof(float)}, owner->data(),
-                              free_when_done);
-}
-
-}  // namespace kazeia::bindings
-
 PYBIND11_MODULE(_native, m) {
     m.doc() = "Kazeia TTS native engine (ggml)";
     // The native errors are raised as the package's own error classes (wyoming_kazeia.errors):

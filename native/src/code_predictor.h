@@ -7,7 +7,7 @@
 #include "device_sampler.h"
 #include "kazeia/generator.h"
 #include "sampler.h"
-#include "talker_model.h"
+#include "talker.h"
 
 namespace kazeia {
 

@@ -8,7 +8,7 @@
 
 #include "code_predictor.h"
 #include "device_sampler.h"
-#include "talker_model.h"
+#include "talker.h"
 
 namespace kazeia {
 

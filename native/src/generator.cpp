@@ -16,7 +16,7 @@
 #include "kazeia/error.h"
 #include "prompt.h"
 #include "sampler.h"
-#include "talker_model.h"
+#include "talker.h"
 
 namespace kazeia {
 

@@ -300,7 +300,7 @@ KAZEIA_AVX512_FN inline __m512 load16(const ggml_fp16_t *p) {
     return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
 }
 
-// The AVX2 kernel for two panels at once (a and a2), one 16-lane register per panel column:
+// The AVX-512 kernel for two panels at once (a and a2), one 16-lane register per panel column:
 // every lane is the same chain of fused multiply-adds over k as in micro_kernel_avx2 (the same
 // bits), with half the instructions per multiply-add, which CPUs with 512-bit FMA units
 // (Zen 5, Intel server cores) run at up to twice the rate.

@@ -7,7 +7,7 @@
 
 #include "kazeia/error.h"
 #include "lm_graph.h"
-#include "talker_model.h"
+#include "talker.h"
 
 namespace kazeia {
 

@@ -16,6 +16,10 @@ namespace kazeia {
 
 struct TalkerModel;
 
+// The number of text tokens in `input_ids`; InputError unless it is an assistant prompt of
+// this model's vocabulary with at least one text token.
+int64_t prompt_text_tokens(const TalkerHParams &hp, const std::vector<int32_t> &input_ids);
+
 // The talker's input rows of one generation, P(x) the text path and C(x) the codec embedding:
 //   P(instruction ids)                              (when there is an instruction)
 //   P(role ids)

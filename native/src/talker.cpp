@@ -8,7 +8,7 @@
 #include "kazeia/error.h"
 #include "ops.h"
 #include "prompt.h"
-#include "talker_model.h"
+#include "talker.h"
 
 namespace kazeia {
 

@@ -26,10 +26,6 @@ inline constexpr int64_t PROMPT_TRAILER_TOKENS = 5;
 // 2-4 frames per token; this leaves room for slow speech.
 inline int64_t frame_budget(int64_t text_tokens) { return 40 + 12 * text_tokens; }
 
-// The number of text tokens in `input_ids`; InputError unless it is an assistant prompt of
-// this model's vocabulary with at least one text token.
-int64_t prompt_text_tokens(const TalkerHParams &hp, const std::vector<int32_t> &input_ids);
-
 // What makes a voice beyond a built-in speaker (prompt.h has each layout). Token ids are
 // tokenized chat turns:
 //   instruct_ids  '<|im_start|>user\n{instruction}<|im_end|>\n': a speaking style (CustomVoice
@@ -76,7 +72,7 @@ struct GenerationTrace {
 };
 
 class GenerationSession;
-struct TalkerModel;  // the loaded talker GGUF (src/talker_model.h)
+struct TalkerModel;  // the loaded talker GGUF (src/talker.h)
 
 class Generator {
   public:
@@ -97,7 +93,8 @@ class Generator {
     // Its talker file changed on disk while mapped: every generation fails (ModelError)
     // until the model is loaded again.
     bool damaged() const;
-    // prompt_text_tokens() for this model.
+    // The number of text tokens in `input_ids`; InputError unless it is an assistant prompt
+    // of this model's vocabulary with at least one text token.
     int64_t text_tokens(const std::vector<int32_t> &input_ids) const;
 
     // Starts a generation; validates ids, speaker and language (InputError listing the valid
