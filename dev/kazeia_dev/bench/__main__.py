@@ -1,7 +1,8 @@
 """Benchmarks of the native engine (``script/bench COMMAND [options]``).
 
-Commands (one module per bench, each with its ``bench_<command>`` and its measuring child;
-``common`` is the shared runner, ``targets`` the one table of targets; manual: dev/README.md):
+Commands (one module per bench, each with its ``bench_<command>`` and its measuring child, the
+``engine`` bench's parts in ``engine_*`` and ``competing_load``; ``common`` is the shared runner,
+``targets`` the one table of targets; manual: dev/README.md):
 
 ``decoder``
     The native speech decoder on the full-size decoder of a random ``0.6b`` checkpoint (or of

@@ -11,7 +11,7 @@ from typing import Any
 
 from .common import GEN_SENTENCE, setup_logging
 from .decoder import child_decoder
-from .engine import child_engine
+from .engine_child import child_engine
 from .generate import child_generate
 
 CHILDREN: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {

@@ -3,7 +3,8 @@
 vox-tts (PyPI, its own C++ engine) is installed into an environment of its own under
 ``build/peers/``, its model is made by its own converter from the same random checkpoint our
 rows use, and each of its rows runs in a fresh process with the same text, speaker, language,
-seed, frame count and threads as ours. Nothing of a peer is imported into this process.
+seed, frame count and threads as ours. Nothing of a peer is imported into this process. The
+report's peers table sets each of its rows beside ours.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, BenchError, logger, run_json_child, usable_cpus
+from .common import (
+    REPO_ROOT,
+    BenchError,
+    ensure_checkpoint,
+    logger,
+    run_json_child,
+    usable_cpus,
+)
 
 VOX_VERSION = "0.19.5"
 # Our weight types -> vox's converter options: the talker and code predictor quantized alike,
@@ -134,3 +142,57 @@ def vox_rows(
             row["peak_rss_mb"],
         )
     return rows
+
+
+def vox_rows_beside_ours(
+    args: Any,
+    cache_dir: Path,
+    chunks: list[int],
+    ours: dict[str, dict[str, Any]],
+    env: dict[str, str],
+) -> dict[str, dict[str, Any]]:
+    """vox's rows on the checkpoint of ``--size``, each with the ratios of our stream row of the
+    same chunk (in ``ours``) to it."""
+    checkpoint = ensure_checkpoint(cache_dir, args.size)
+    peer_rows = vox_rows(args, cache_dir, checkpoint, chunks, env)
+    for k in chunks:
+        row, peer = ours[f"stream_k{k}"], peer_rows[f"vox_k{k}"]
+        peer["ours_vs_peer"] = {
+            "rtf": row["rtf"] / peer["rtf"],
+            "ttfa": row["ttfa_s"] / peer["ttfa_s"],
+            "peak_rss": row["engine_peak_rss_mb"] / peer["peak_rss_mb"],
+        }
+    return peer_rows
+
+
+def peer_lines(result: dict[str, Any]) -> list[str]:
+    """The peers' table (``--peers``): each vox row beside our streaming row of that chunk."""
+    peers = result.get("peer_rows") or {}
+    if not peers:
+        return ["Peers: not in this run (--peers measures vox-tts in the same run)"]
+    c, rows = result["config"], result["rows"]
+    first = next(iter(peers.values()))
+    lines = [
+        "",
+        f"Peers in the same run: vox-tts {VOX_VERSION} on {first['model']} "
+        f"({first['model_mb']:.0f} MB, built by its converter from the same checkpoint), "
+        f"device cpu, {first['threads']} threads (the box's cores), the same text, speaker, seed "
+        "and frames; a warm-up, "
+        f"then {c['repeats']} timed per row (medians); ours = our stream row of the same chunk:",
+        "",
+        "| row | total s | RTF | TTFA ms (cold) | peak RSS MB | ours: RTF | ours: TTFA "
+        "| ours: peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in peers.values():
+        ours = rows[f"stream_k{row['chunk']}"]
+        r = row["ours_vs_peer"]
+        lines.append(
+            f"| vox, {row['chunk']}-frame chunks | {row['total_s']:.2f} | {row['rtf']:.2f} "
+            f"| {1e3 * row['ttfa_s']:.0f} ({1e3 * row['cold_ttfa_s']:.0f}) "
+            f"| {row['peak_rss_mb']:.0f} | {ours['rtf']:.2f} ({r['rtf']:.2f}x) "
+            f"| {1e3 * ours['ttfa_s']:.0f} ({r['ttfa']:.2f}x) "
+            f"| {ours['engine_peak_rss_mb']:.0f} ({r['peak_rss']:.2f}x) |"
+        )
+    lines.append("(ours: our figure and ours / vox's: below 1x, ours is faster or smaller)")
+    return lines

@@ -38,7 +38,7 @@ from .common import (
     print_result,
     run_json_child,
 )
-from .engine import engine_row_cmd, ensure_engine_dir
+from .engine_runs import engine_row_cmd, ensure_engine_dir
 
 TEXTS = [
     "The living room lights are now on.",

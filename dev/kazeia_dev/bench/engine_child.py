@@ -1,0 +1,272 @@
+"""The engine bench's measuring child: one engine configuration in a fresh process.
+
+``script/bench engine`` runs each of its rows as ``bench-child engine MODEL_DIR ...``
+(``child.py``): the engine loaded, a warm-up synthesis, then the timed ones; the row's figures
+on stdout as one JSON object, the last run's audio in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wyoming_kazeia.settings import EngineSettings
+
+from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
+from .common import logger
+
+# The cloned-voice rows' reference recording's transcript.
+REF_TEXT = "Good morning, my dear. Did you sleep well last night?"
+
+PEAK_RSS_WRAPPER = (
+    "import os, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[2:])\n"
+    "_, status, usage = os.wait4(p.pid, 0)\n"
+    "p.returncode = os.waitstatus_to_exitcode(status)\n"
+    "with open(sys.argv[1], 'a', encoding='ascii') as f:\n"
+    "    f.write(f'{usage.ru_maxrss}\\n')\n"
+    "sys.exit(p.returncode if p.returncode >= 0 else 1)\n"
+)
+
+WHOLE_FRAMES_COMPARED = 16  # frames after the first, per run of each mode
+
+
+def _synthesis_run(
+    engine: Any, args: argparse.Namespace, voice: Any = None, **overrides: Any
+) -> tuple[dict[str, float], np.ndarray]:
+    """One synthesis, consumed as a caller would; returns (metrics, int16 audio)."""
+    t0 = time.perf_counter()
+    if voice is None:
+        s = engine.synthesize(args.text, speaker=args.speaker, language=args.language, **overrides)
+    else:
+        s = engine.synthesize(args.text, language=args.language, voice=voice, **overrides)
+    chunks: list[np.ndarray] = []
+    t_first = None
+    for chunk in s:
+        if t_first is None:
+            t_first = time.perf_counter()
+        chunks.append(chunk)
+    wall = time.perf_counter() - t0
+    metrics: dict[str, float] = dict(s.metrics.as_dict())
+    metrics["wall_s"] = wall
+    metrics["first_chunk_wall_s"] = float("nan") if t_first is None else t_first - t0
+    audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+    return metrics, audio
+
+
+def child_engine(args: argparse.Namespace) -> dict[str, Any]:
+    """One engine configuration in this (fresh) process: load, a warm-up synthesis, time."""
+    from wyoming_kazeia.engine import Engine
+
+    settings = EngineSettings(
+        threads=args.threads,
+        decoder_threads=args.decoder_threads,
+        stream_chunk=args.chunk,
+        decoder_subprocess=args.subprocess,
+        seed=args.seed,
+        max_frames=args.frames,
+        talker_backend=args.talker_backend,
+        predictor_backend=args.predictor_backend,
+        decoder_backend=args.decoder_backend,
+    )
+    rss_start = status_mb("VmRSS")
+    start = time.perf_counter()
+    beside = Engine(args.also_load, settings) if args.also_load else None
+    engine = Engine(args.model_dir, settings)
+    load_s = time.perf_counter() - start
+    rss_load = status_mb("VmRSS")
+    voice, prompt_s = _cloned_voice(engine, args)
+    if beside is not None:  # its warm-up: its pages resident, as in a server
+        _synthesis_run(beside, args)
+    cold, decoder_peak_mb = _warm_up(engine, args, voice)
+    logger.info("warm-up: first audio %.0f ms, total %.2f s", 1e3 * cold["ttfa_s"], cold["total_s"])
+    runs, audios = _timed_runs(engine, args, voice)
+    np.save(args.out, audios[-1])
+    # The memory-floor line's figures: the generator with nothing decoding beside it (in the
+    # subprocess row, whose process holds no decoder).
+    alone = _generator_alone(engine, args) if args.subprocess and voice is None else None
+    devices = engine.devices
+    shared_gpu = devices["talker"] == devices["predictor"] != "cpu"
+    whole = _whole_vs_apart(engine, args) if shared_gpu and voice is None else None
+    result = _run_figures(engine, args, runs, audios, cold)
+    child_peak = decoder_peak_mb
+    peak = status_mb("VmHWM")
+    result.update(
+        load_s=load_s,
+        rss_start_mb=rss_start,
+        rss_load_mb=rss_load,
+        rss_end_mb=status_mb("VmRSS"),
+        peak_rss_mb=peak,
+        decoder_subprocess_peak_rss_mb=child_peak,
+        engine_peak_rss_mb=peak + child_peak,
+        prompt_s=prompt_s,
+        ref_seconds=args.ref_seconds if args.clone else 0.0,
+        kv_bytes_per_frame=_kv_bytes_per_position(engine.generator.hparams),
+        generator_alone=alone,
+        whole_frames=whole,
+    )
+    return result
+
+
+def _cloned_voice(engine: Any, args: argparse.Namespace) -> tuple[Any, float]:
+    """The voice of ``--clone`` (None without) and the seconds its prompt took."""
+    if not args.clone:
+        return None, 0.0
+    from ..reference.make_reference import reference_audio
+
+    recording = reference_audio(args.ref_seconds, 24000, 7)
+    start = time.perf_counter()
+    voice = engine.clone_prompt(recording, 24000, REF_TEXT if args.clone == "icl" else None)
+    engine.prepare_voice(voice)
+    prompt_s = time.perf_counter() - start
+    logger.info("voice prompt: %.2f s", prompt_s)
+    return voice, prompt_s
+
+
+def _warm_up(engine: Any, args: argparse.Namespace, voice: Any) -> tuple[dict[str, float], float]:
+    """The warm-up synthesis: its metrics, and the kazeia-decoder subprocess's peak RSS (MB; 0
+    without the subprocess).
+
+    It runs the subprocess under PEAK_RSS_WRAPPER (not RUSAGE_CHILDREN of this process: Linux
+    counts a forked child's pre-exec copy of the parent in it); the timed runs use the plain
+    command."""
+    decoder_peak_mb = 0.0
+    with tempfile.TemporaryDirectory(prefix="kazeia-bench-") as tmp:
+        peak_file = Path(tmp) / "peak_kb"
+        command = list(engine.decoder_command)
+        if args.subprocess:
+            engine.decoder_command = [
+                sys.executable,
+                "-c",
+                PEAK_RSS_WRAPPER,
+                str(peak_file),
+                *command,
+            ]
+        warm = {"max_frames": args.warmup_frames} if args.warmup_frames else {}
+        cold, _ = _synthesis_run(engine, args, voice, **warm)
+        engine.decoder_command = command
+        if peak_file.is_file():
+            decoder_peak_mb = max(int(x) for x in peak_file.read_text().split()) / 1024.0
+    return cold, decoder_peak_mb
+
+
+def _timed_runs(
+    engine: Any, args: argparse.Namespace, voice: Any
+) -> tuple[list[dict[str, float]], list[np.ndarray]]:
+    """The ``--repeats`` timed syntheses: their metrics and audio."""
+    runs: list[dict[str, float]] = []
+    audios: list[np.ndarray] = []
+    for i in range(args.repeats):
+        metrics, audio = _synthesis_run(engine, args, voice)
+        runs.append(metrics)
+        audios.append(audio)
+        logger.info(
+            "run %d/%d: %d frames, %d chunks, first audio %.0f ms, total %.2f s (decoder %.2f, "
+            "talker %.2f, code predictor %.2f)",
+            i + 1,
+            args.repeats,
+            metrics["n_frames"],
+            metrics["n_chunks"],
+            1e3 * metrics["ttfa_s"],
+            metrics["total_s"],
+            metrics["decoder_s"],
+            metrics["talker_s"],
+            metrics["predictor_s"],
+        )
+    return runs, audios
+
+
+def _run_figures(
+    engine: Any,
+    args: argparse.Namespace,
+    runs: list[dict[str, float]],
+    audios: list[np.ndarray],
+    cold: dict[str, float],
+) -> dict[str, Any]:
+    """The row's timing figures: medians of the timed runs, the warm-up's, the configuration."""
+    result: dict[str, Any] = {
+        k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("n_frames", "rtf")
+    }
+    result.update(
+        rtf=result["total_s"] / result["audio_s"] if result["audio_s"] else float("nan"),
+        n_frames=min(int(r["n_frames"]) for r in runs),
+        n_chunks=int(result["n_chunks"]),
+        devices=dict(engine.devices),
+        cold_ttfa_s=cold["ttfa_s"],
+        cold_total_s=cold["total_s"],
+        cold_first_chunk_wall_s=cold["first_chunk_wall_s"],
+        same_audio_every_run=all(
+            a.shape == audios[0].shape and bool(np.array_equal(a, audios[0])) for a in audios
+        ),
+        runs=runs,
+        chunk=args.chunk,
+        decoder_subprocess=args.subprocess,
+        threads=args.threads,
+        decoder_threads=args.decoder_threads,
+    )
+    return result
+
+
+def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, float]:
+    """Talker and code-predictor ms per frame of the row's text with no decoder running,
+    medians over the row's repeats."""
+    ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
+    talker, predictor = [], []
+    for _ in range(args.repeats):
+        it = engine.generator.frames(
+            ids, args.speaker, args.language, seed=args.seed, max_frames=args.frames
+        )
+        frames = sum(1 for _ in it)
+        stats = it.stats
+        it.close()
+        talker.append(stats["talker_ms"] / max(frames, 1))
+        predictor.append(stats["predictor_ms"] / max(frames, 1))
+    return {"talker_ms": statistics.median(talker), "predictor_ms": statistics.median(predictor)}
+
+
+def _whole_vs_apart(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The generator alone with its talker and code predictor on one GPU: ms and graph
+    computations per frame after the first (the prefill's), each frame computed whole in one
+    graph, and apart (the talker's step and code 0, then the code predictor's frame graph),
+    medians over the row's repeats, alternating; and whether both drew the same codes."""
+    ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
+    frames = min(args.frames, WHOLE_FRAMES_COMPARED + 1)
+    per_frame: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    codes: dict[bool, np.ndarray] = {}
+    for _ in range(args.repeats):
+        for whole in (True, False):
+            it = engine.generator.frames(
+                ids,
+                args.speaker,
+                args.language,
+                seed=args.seed,
+                max_frames=frames,
+                whole_frames=whole,
+            )
+            got = [next(it)]
+            first, t0 = dict(it.stats), time.perf_counter()
+            got += list(it)
+            n = max(len(got) - 1, 1)
+            ms = 1e3 * (time.perf_counter() - t0) / n
+            per_frame[whole].append((ms, (it.stats["computations"] - first["computations"]) / n))
+            codes[whole] = np.stack(got)
+    same = bool(np.array_equal(codes[True], codes[False]))
+    out: dict[str, Any] = {"frames": frames - 1, "same_codes": same}
+    for whole, name in ((True, "whole"), (False, "apart")):
+        out[f"{name}_ms"] = statistics.median(ms for ms, _ in per_frame[whole])
+        out[f"{name}_ms_runs"] = [ms for ms, _ in per_frame[whole]]
+        out[f"{name}_computations"] = statistics.median(c for _, c in per_frame[whole])
+    return out
+
+
+def _kv_bytes_per_position(hp: dict[str, Any]) -> int:
+    """Bytes the talker's K/V cache (f32) holds per position."""
+    kv_dim = int(hp["kazeia.talker.num_kv_heads"]) * int(hp["kazeia.talker.head_dim"])
+    return int(hp["kazeia.talker.num_layers"]) * 2 * kv_dim * 4

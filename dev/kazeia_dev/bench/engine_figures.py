@@ -1,0 +1,125 @@
+"""The engine bench's figures derived from its rows: the targets of a model and their verdicts,
+the ratios between rows, the long synthesis's cost and memory, and a frame's memory floor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .targets import ENGINE_TARGETS_BY_MODEL, TARGETS
+
+T = TARGETS["engine"]  # this bench's targets (0.6B q8_0; see engine_targets)
+
+Rows = dict[str, dict[str, Any]]
+
+
+def engine_targets(size: str, talker_type: str) -> dict[str, float]:
+    """The targets of a model: TARGETS["engine"] (0.6B q8_0) with those of other sizes and
+    weight types over it."""
+    return {**T, **ENGINE_TARGETS_BY_MODEL.get((size, talker_type), {})}
+
+
+def weights_read_per_frame(talker_gguf: Path) -> dict[str, float]:
+    """MB of weights a frame reads: the talker step (its layers, final norm and codec head) and
+    the code predictor's 15 sub-steps (its layers and norm each time, one of its heads, and its
+    input projection where the model has one). Embedding rows are negligible."""
+    import gguf
+
+    reader = gguf.GGUFReader(talker_gguf)
+    size = {t.name: int(t.n_bytes) for t in reader.tensors}
+    talker = sum(
+        n for name, n in size.items() if name.startswith(("tlk.blk.", "tlk.norm", "tlk.codec_head"))
+    )
+    steps = 15
+    stack = sum(
+        n for name, n in size.items() if name.startswith(("cp.blk.", "cp.norm", "cp.in_proj"))
+    )
+    predictor = steps * stack + size.get("cp.heads.weight", 0)  # each sub-step one of 15 heads
+    return {"talker_mb": talker / 1e6, "predictor_mb": predictor / 1e6}
+
+
+def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
+    """The memory floor of a frame: its weights at the read bandwidth measured now (the box's
+    bandwidth moves with its other tenants)."""
+    from wyoming_kazeia import _native
+
+    floor: dict[str, float] = weights_read_per_frame(model_dir / "talker.gguf")
+    floor["read_gb_s"] = _native.testing.read_bandwidth(256, bandwidth_threads)
+    for part in ("talker", "predictor"):
+        floor[f"{part}_floor_ms"] = floor[f"{part}_mb"] / floor["read_gb_s"]
+    return floor
+
+
+def add_row_ratios(rows: Rows, loaded: Rows) -> None:
+    """Each row's total against its table's one-shot row, and each loaded row's slowdown."""
+    for table in (rows, loaded):
+        ok_rows = {n: r for n, r in table.items() if "failed" not in r}
+        if "oneshot" in ok_rows:
+            for row in ok_rows.values():
+                row["vs_oneshot"] = row["total_s"] / ok_rows["oneshot"]["total_s"]
+    for name, row in loaded.items():
+        if "failed" not in row:
+            row["slowdown"] = row["total_s"] / rows[name]["total_s"]
+            row["ttfa_slowdown"] = row["ttfa_s"] / rows[name]["ttfa_s"]
+
+
+def target_verdicts(
+    t: dict[str, float], rows: Rows, loaded: Rows, voice_rows: Rows
+) -> dict[str, Any]:
+    """Every target's bound and, by row, whether the row met it."""
+    stream_names = [n for n in rows if n.startswith("stream_k")]
+    return {
+        "ttfa_ms_max": t["ttfa_ms"],
+        "ttfa_ok": {n: 1e3 * rows[n]["ttfa_s"] <= t["ttfa_ms"] for n in stream_names},
+        "stream_ratio_max": t["stream_ratio"],
+        "stream_ratio_ok": {n: rows[n]["vs_oneshot"] <= t["stream_ratio"] for n in stream_names},
+        "rtf_max": t["rtf"],
+        "rtf_ok": {n: r["rtf"] <= t["rtf"] for n, r in rows.items()},
+        "rss_mb_max": t["peak_rss_mb"],
+        "rss_ok": {n: r["engine_peak_rss_mb"] <= t["peak_rss_mb"] for n, r in rows.items()},
+        "slowdown_max": t["load_slowdown"],
+        "slowdown_ok": {
+            n: "failed" not in r and r["slowdown"] <= t["load_slowdown"] for n, r in loaded.items()
+        },
+        "clone_ttfa_ms_max": t["clone_ttfa_ms"],
+        "clone_ttfa_ok": {
+            n: 1e3 * r["ttfa_s"] <= t["clone_ttfa_ms"] for n, r in voice_rows.items()
+        },
+    }
+
+
+def add_long_figures(
+    long_row: dict[str, Any],
+    builtin: dict[str, Any],
+    t: dict[str, float],
+    targets: dict[str, Any],
+) -> None:
+    """The long synthesis against the built-in voice's stream row of the same chunk: its cost
+    per frame, its RSS growth against the K/V cache and audio it adds, and their targets."""
+    per_frame = long_row["total_s"] / long_row["n_frames"]
+    long_row["ms_per_frame"] = 1e3 * per_frame
+    long_row["ms_per_frame_short"] = 1e3 * builtin["total_s"] / builtin["n_frames"]
+    long_row["cost_ratio"] = per_frame / (builtin["total_s"] / builtin["n_frames"])
+    long_row["rss_growth_mb"] = long_row["peak_rss_mb"] - builtin["peak_rss_mb"]
+    # The int16 audio this bench's consumer keeps, twice at its end (its chunks and their
+    # concatenation); the engine hands each chunk over.
+    long_row["audio_mb"] = (
+        2 * 2 * (long_row["audio_samples"] - builtin["audio_samples"]) / 2**20
+        if "audio_samples" in long_row and "audio_samples" in builtin
+        else 0.0
+    )
+    long_row["kv_cache_mb"] = (
+        long_row["kv_bytes_per_frame"] * (long_row["n_frames"] - builtin["n_frames"]) / 2**20
+    )
+    targets["long_ratio_max"] = t["long_ratio"]
+    targets["long_ok"] = {
+        "cost": long_row["cost_ratio"] <= t["long_ratio"],
+        "rss": long_row["rss_growth_mb"] <= long_row["kv_cache_mb"] + long_row["audio_mb"],
+    }
+
+
+def add_voice_ratios(voice_rows: Rows, builtin: dict[str, Any]) -> None:
+    """Each cloned voice's first audio and RTF against the built-in voice's stream row."""
+    for row in voice_rows.values():
+        row["ttfa_vs_builtin"] = row["ttfa_s"] / builtin["ttfa_s"]
+        row["rtf_vs_builtin"] = row["rtf"] / builtin["rtf"]

@@ -1,0 +1,272 @@
+"""The markdown report of ``script/bench engine``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .common import fmt, machine_line, ok
+from .engine_figures import T
+from .engine_runs import PLACED, PLACED_KEYS, VOICE_CHUNK, row_label
+from .peers import peer_lines
+
+# What the columns of the tables mean.
+LEGEND = (
+    "decoder / talker / predictor s = the engine's metrics (decoder: time in push/decode, or "
+    "in the kazeia-decoder subprocess with its start and model load); total and TTFA (time "
+    "to the first audio chunk) = the engine's metrics too, from the start of the synthesis "
+    "(the caller's view from the synthesize() call is in --json: wall_s, "
+    "first_chunk_wall_s); RTF = total / audio s; (cold) = the process's first synthesis, "
+    "the warm-up; total vs one-shot = total / total of the "
+    "one-shot row of the same table; slowdown = total (TTFA) under load / without; load CPU "
+    "share = the mean fraction of a CPU each load process got; peak RSS = VmHWM of the "
+    "whole process (+ the peak of the kazeia-decoder subprocess); medians over the runs."
+)
+
+
+def engine_table(result: dict[str, Any]) -> str:
+    """The markdown report of the ``engine`` bench."""
+    t = result["config"].get("target_values", T)
+    lines = _rows_lines(result, t)
+    lines += _memory_floor_lines(result)
+    lines += _long_lines(result, t)
+    lines += _placed_lines(result)
+    lines += _voice_lines(result, t)
+    lines += _loaded_lines(result, t)
+    lines += _summary_lines(result, t)
+    lines += peer_lines(result)
+    lines.append(LEGEND)
+    return "\n".join(lines)
+
+
+def _verdict(flags: dict[str, bool]) -> str:
+    """``ok`` when every flag holds, else ``MISSED`` and the rows that missed."""
+    bad = [row_label(n) for n, good in flags.items() if not good]
+    return "ok" if not bad else f"MISSED ({', '.join(bad)})"
+
+
+def _label(name: str, row: dict[str, Any], frames: int) -> str:
+    """A row's label, flagged where it gave another number of frames than the run's."""
+    text = row_label(name)
+    if row["n_frames"] != frames:
+        text += f" ({row['n_frames']} frames!)"
+    return text
+
+
+def _peak(row: dict[str, Any]) -> str:
+    text = f"{row['peak_rss_mb']:.0f}"
+    if row["decoder_subprocess_peak_rss_mb"] > 0:
+        text += f" + {row['decoder_subprocess_peak_rss_mb']:.0f}"
+    return text
+
+
+def _cells(row: dict[str, Any]) -> str:
+    """The cells a row has in the unloaded and in the loaded table."""
+    return (
+        f"| {row['decoder_s']:.2f} | {row['total_s']:.2f} | {row['rtf']:.2f} "
+        f"| {1e3 * row['ttfa_s']:.0f} ({1e3 * row['cold_ttfa_s']:.0f}) | {row['n_chunks']} "
+        f"| {row['talker_s']:.2f} | {row['predictor_s']:.2f} "
+        f"| {fmt(row.get('vs_oneshot'), '.3f', 'x')} | {_peak(row)} "
+    )
+
+
+def _rows_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
+    """The machine, the configuration and the table of the unloaded rows."""
+    c, tg = result["config"], result["targets"]
+    lines = [
+        machine_line(result["machine"]),
+        f"Engine: {c['model_dir']} (talker {c['talker_mb']:.0f} MB, decoder "
+        f"{c['decoder_mb']:.0f} MB); threads {c['threads']} + decoder {c['decoder_threads']}; "
+        f"{c['frames']} frames forced ({c['audio_s']:.2f} s of audio); speaker {c['speaker']}, "
+        f"{c['language']}, seed {c['seed']}; text {c['text']!r}; a warm-up synthesis, then "
+        f"{c['repeats']} timed per row (medians)",
+        "",
+        "| row | decoder s | total s | RTF | TTFA ms (cold) | chunks | talker s | predictor s "
+        "| total vs one-shot | peak RSS MB | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, row in result["rows"].items():
+        target = []
+        if name in tg["ttfa_ok"]:
+            target.append(f"TTFA <= {t['ttfa_ms']:.0f}: {ok(tg['ttfa_ok'][name])}")
+        if name in tg["stream_ratio_ok"]:
+            target.append(f"<= {t['stream_ratio']:.2f}x: {ok(tg['stream_ratio_ok'][name])}")
+        target.append(f"RTF <= {t['rtf']}: {ok(tg['rtf_ok'][name])}")
+        target.append(f"RSS <= {t['peak_rss_mb']:.0f}: {ok(tg['rss_ok'][name])}")
+        lines.append(f"| {_label(name, row, c['frames'])} {_cells(row)}| {'; '.join(target)} |")
+    return lines
+
+
+def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
+    """The generator alone against the memory floor of its weights (the subprocess row's)."""
+    floor = result.get("memory_floor")
+    alone = (result["rows"].get("subprocess") or {}).get("generator_alone")
+    if floor is None or alone is None:
+        return []
+    return [
+        "",
+        f"Memory floor per frame (the generator alone, in the subprocess-decoder row's "
+        f"process after its runs): talker {alone['talker_ms']:.1f} ms/frame for "
+        f"{floor['talker_mb']:.0f} MB of weights (floor {floor['talker_floor_ms']:.1f} ms), "
+        f"code predictor {alone['predictor_ms']:.1f} ms/frame for "
+        f"{floor['predictor_mb']:.0f} MB (floor {floor['predictor_floor_ms']:.1f} ms), at the "
+        f"{floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
+        f"({result['config']['bandwidth_threads']} threads)",
+    ]
+
+
+def _long_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
+    """The long synthesis (``--long-frames``) against the stream row of its chunk."""
+    long_row = result.get("long_row")
+    if long_row is None or "cost_ratio" not in long_row:
+        return []
+    ok_long = result["targets"]["long_ok"]
+    return [
+        "",
+        f"Long synthesis (stream k={VOICE_CHUNK}, one run after a 40-frame warm-up): "
+        f"{long_row['n_frames']} frames in {long_row['total_s']:.1f} s, "
+        f"{long_row['ms_per_frame']:.1f} ms/frame against {long_row['ms_per_frame_short']:.1f} "
+        f"for {result['config']['frames']} frames = {long_row['cost_ratio']:.2f}x (target <= "
+        f"{t['long_ratio']:.2f}x: {ok(ok_long['cost'])}); peak RSS "
+        f"{long_row['peak_rss_mb']:.0f} MB, +{long_row['rss_growth_mb']:.0f} MB for a K/V "
+        "cache of "
+        f"{long_row['kv_cache_mb']:.0f} MB and {long_row.get('audio_mb', 0.0):.1f} MB of audio "
+        f"the bench's consumer keeps (target: no more: {ok(ok_long['rss'])})",
+    ]
+
+
+def _placed_lines(result: dict[str, Any]) -> list[str]:
+    """The row placed on devices, and its frames computed whole against apart."""
+    placed = result.get("placed_row")
+    if placed is None:
+        return []
+    devices, vs = placed["devices"], placed.get("vs_cpu") or {}
+    frames = placed["n_frames"]
+    lines = [
+        "",
+        f"Placed on a device: talker on {devices['talker']}, code predictor on "
+        f"{devices['predictor']}, decoder on {devices['decoder']} (stream k={VOICE_CHUNK}, "
+        f"the CPU row beside it in the table above):",
+        "",
+        "| row | total s | RTF | TTFA ms (cold) | decoder s | talker s | predictor s "
+        "| whole frames s | computations per frame (predictor's) "
+        "| vs CPU total / TTFA / decoder / generator |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"| {row_label(PLACED)} | {placed['total_s']:.2f} | {placed['rtf']:.2f} "
+        f"| {1e3 * placed['ttfa_s']:.0f} ({1e3 * placed['cold_ttfa_s']:.0f}) "
+        f"| {placed['decoder_s']:.2f} | {placed['talker_s']:.2f} | {placed['predictor_s']:.2f} "
+        f"| {placed['frame_graph_s']:.2f} | {placed['computations'] / frames:.1f} "
+        f"({placed['predictor_computations'] / frames:.1f}) | "
+        + " / ".join(fmt(vs.get(k), ".2f", "x") for k in PLACED_KEYS)
+        + " |",
+    ]
+    whole = placed.get("whole_frames")
+    if whole is not None:
+        every_run = whole["whole_ms_runs"] + whole["apart_ms_runs"]
+        spread, runs = max(every_run) / min(every_run), len(whole["whole_ms_runs"])
+        lines += [
+            "",
+            f"Frames computed whole on {devices['talker']} vs apart (the generator alone, "
+            f"{whole['frames']} frames after the first, medians of {runs} "
+            f"runs of each, alternating; max/min of all runs {spread:.2f}): whole "
+            f"{whole['whole_ms']:.1f} ms a frame in {whole['whole_computations']:.0f} "
+            f"computation(s), apart {whole['apart_ms']:.1f} ms in "
+            f"{whole['apart_computations']:.0f}: {whole['whole_ms'] / whole['apart_ms']:.2f}x; "
+            f"the same codes: {'yes' if whole['same_codes'] else 'NO'}",
+        ]
+    return lines
+
+
+def _voice_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
+    """The cloned voices' table."""
+    voice_rows = result.get("voice_rows") or {}
+    if not voice_rows:
+        return []
+    tg = result["targets"]
+    lines = [
+        "",
+        f"Cloned voices on {result['base_model_dir']} (the same threads, frames and text; "
+        f"a {voice_rows[next(iter(voice_rows))]['ref_seconds']:.0f} s reference recording; "
+        "its prompt made once, then the warm-up and the timed runs):",
+        "",
+        "| row | prompt s | TTFA ms (cold) | vs built-in k=4 | RTF | vs built-in | peak RSS MB "
+        "| target |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    return lines + [
+        f"| {row_label(name)} | {row['prompt_s']:.2f} | {1e3 * row['ttfa_s']:.0f} "
+        f"({1e3 * row['cold_ttfa_s']:.0f}) | {fmt(row.get('ttfa_vs_builtin'), '.2f', 'x')} "
+        f"| {row['rtf']:.2f} | {fmt(row.get('rtf_vs_builtin'), '.2f', 'x')} "
+        f"| {row['peak_rss_mb']:.0f} | TTFA <= {t['clone_ttfa_ms']:.0f}: "
+        f"{ok(tg['clone_ttfa_ok'][name])} |"
+        for name, row in voice_rows.items()
+    ]
+
+
+def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
+    """The table of the rows beside the competing load, each slowed down from its unloaded row."""
+    c = result["config"]
+    if not c["load"]:
+        return []
+    rows, tg = result["rows"], result["targets"]
+    lines = [
+        "",
+        f"Beside a competing load of {c['load_procs']} busy single-thread processes "
+        f"({c['load_kind']}), {c['load_repeats']} timed syntheses per row after the warm-up:",
+        "",
+        "| row | decoder s | total s | RTF | TTFA ms (cold) | chunks | talker s | predictor s "
+        "| total vs one-shot | peak RSS MB | slowdown total (TTFA) | load CPU share "
+        "| target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, row in result["loaded_rows"].items():
+        if "failed" in row:
+            lines.append(
+                f"| {row_label(name)} | {row['failed']} | - | - | - | - | - | - | - | - "
+                f"| > {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall) | - "
+                f"| slowdown <= {t['load_slowdown']}x: MISSED |"
+            )
+            continue
+        share = row["load"].get("cpu_share")
+        lines.append(
+            f"| {_label(name, row, c['frames'])} {_cells(row)}"
+            f"| {row['slowdown']:.2f}x ({row['ttfa_slowdown']:.2f}x) "
+            f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
+            f"| slowdown <= {t['load_slowdown']}x: {ok(tg['slowdown_ok'][name])} |"
+        )
+    return lines
+
+
+def _summary_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
+    """Every row's audio, load time and RSS after load, and the verdict of every target."""
+    c, rows, tg = result["config"], result["rows"], result["targets"]
+    all_rows = {row_label(n): r for n, r in rows.items()}
+    all_rows.update(
+        {f"{row_label(n)} loaded": r for n, r in result["loaded_rows"].items() if "failed" not in r}
+    )
+    lines = [
+        "",
+        "audio: "
+        + "; ".join(
+            f"{n}: {r['audio_samples']} samples, max |diff| vs one-shot "
+            f"{fmt(r['audio_max_abs_diff_vs_oneshot'], 'd')} LSB, same every run: "
+            f"{'yes' if r['same_audio_every_run'] else 'NO'}"
+            for n, r in all_rows.items()
+        ),
+        "load s / RSS after load MB: "
+        + "; ".join(
+            f"{row_label(n)}: {r['load_s']:.2f} / {r['rss_load_mb']:.0f}" for n, r in rows.items()
+        ),
+    ]
+    parts = [
+        f"first audio <= {t['ttfa_ms']:.0f} ms: {_verdict(tg['ttfa_ok'])}",
+        f"streaming total <= {t['stream_ratio']:.2f}x one-shot: {_verdict(tg['stream_ratio_ok'])}",
+        f"end-to-end RTF <= {t['rtf']}: {_verdict(tg['rtf_ok'])}",
+        f"peak RSS <= {t['peak_rss_mb']:.0f} MB at {c['type']}: {_verdict(tg['rss_ok'])}",
+    ]
+    if c["load"]:
+        parts.append(
+            f"slowdown beside a {c['load_procs']}-process load <= {t['load_slowdown']}x: "
+            f"{_verdict(tg['slowdown_ok'])}"
+        )
+    lines.append("Targets (2-core AVX2 box): " + "; ".join(parts))
+    return lines
