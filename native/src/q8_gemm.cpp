@@ -8,7 +8,7 @@
 #include "ggml.h"
 
 // One vector path per instruction set, compiled function by function for it and run only
-// where the CPU has it (the file itself stays baseline), as in ops.cpp.
+// where the CPU has it (the file itself stays baseline), as in ops/.
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define KAZEIA_Q8_X86 1

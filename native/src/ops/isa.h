@@ -1,0 +1,68 @@
+// The instruction-set plumbing of the custom kernels (src/ops/*.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "worker_pool.h"
+
+// One vector path per instruction set. On x86-64 the AVX2/FMA/F16C paths are compiled for
+// those instructions function by function (KAZEIA_AVX2_FN) and run only where the CPU has them
+// (use_avx2, checked once): the rest of this file stays baseline x86-64, so a CPU without AVX2
+// never meets an instruction it lacks and runs the portable loops. On aarch64 the NEON paths
+// (every AArch64 CPU has NEON, with fp16 conversion) are chosen when compiling. The portable
+// loops also finish every vector loop's tail.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
+#define KAZEIA_AVX2 1
+#define KAZEIA_AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define KAZEIA_AVX512_FN __attribute__((target("avx512f,avx2,fma,f16c")))
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define KAZEIA_NEON 1
+#endif
+
+namespace kazeia {
+
+#if KAZEIA_AVX2
+// Whether this CPU runs the AVX2 paths; KAZEIA_KERNELS=portable forces the portable loops
+// (tests compare the two).
+inline bool use_avx2() {
+    static const bool yes = [] {
+        const char *forced = std::getenv("KAZEIA_KERNELS");
+        if (forced && std::strcmp(forced, "portable") == 0) return false;
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    }();
+    return yes;
+}
+
+// Whether the decoder's GEMM runs two panels at a time in AVX-512 registers (the same bits as
+// the AVX2 path: see pair_kernel_avx512); KAZEIA_KERNELS=avx2 forces the AVX2 path.
+inline bool use_avx512() {
+    static const bool yes = [] {
+        const char *forced = std::getenv("KAZEIA_KERNELS");
+        if (forced && (std::strcmp(forced, "portable") == 0 || std::strcmp(forced, "avx2") == 0))
+            return false;
+        return use_avx2() && __builtin_cpu_supports("avx512f");
+    }();
+    return yes;
+}
+#endif
+
+// Runs task(0..n_tasks) for a custom op: on `pool` when the op has one (called from a
+// one-thread ggml graph: its thread 0 hands the tasks to the pool), else split by ggml's
+// own threads.
+template <typename Task>
+void run_tasks(WorkerPool *pool, int ith, int nth, int64_t n_tasks, const Task &task) {
+    if (pool) {
+        if (ith == 0) pool->run(n_tasks, task);
+        return;
+    }
+    for (int64_t t = ith; t < n_tasks; t += nth) task(t);
+}
+
+}  // namespace kazeia

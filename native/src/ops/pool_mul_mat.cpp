@@ -1,0 +1,88 @@
+// Matrix products of any ggml weight type on a WorkerPool (ggml's dot kernels, q8_gemm).
+#include "ops.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu_backend.h"
+#include "ggml-cpu.h"
+#include "q8_gemm.h"
+
+namespace kazeia {
+
+
+namespace {
+
+constexpr int64_t MUL_MAT_MIN_TASK_ROWS = 64;
+constexpr int64_t MUL_MAT_TASKS_PER_THREAD = 4;
+
+void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata) {
+    if (ith != 0) return;
+    auto *pool = static_cast<WorkerPool *>(userdata);
+    const ggml_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
+    const int64_t K = w->ne[0], M = w->ne[1], n = x->ne[1];
+    const char *wd = static_cast<const char *>(w->data);
+    if (ids) wd += (size_t)*static_cast<const int32_t *>(ids->data) * w->nb[2];
+    const ggml_type_traits_cpu *traits = cpu_backend().type_traits(w->type);
+    const ggml_type dot_type = traits->vec_dot_type;
+
+    // Activations in the weight's dot type (q8_0 for q8_0, q8_K for q4_k, ...), once.
+    thread_local std::vector<uint8_t> converted;
+    const size_t row_size = ggml_row_size(dot_type, K);
+    const char *xd;
+    if (dot_type == GGML_TYPE_F32 && x->nb[1] == K * sizeof(float)) {
+        xd = static_cast<const char *>(x->data);
+    } else {
+        converted.resize(row_size * n);
+        const ggml_from_float_t from_float = cpu_backend().type_traits(dot_type)->from_float;
+        for (int64_t j = 0; j < n; ++j) {
+            const float *col = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + j * x->nb[1]);
+            if (dot_type == GGML_TYPE_F32) std::memcpy(converted.data() + j * row_size, col, K * sizeof(float));
+            else from_float(col, converted.data() + j * row_size, K);
+        }
+        xd = reinterpret_cast<const char *>(converted.data());
+    }
+    mul_mat_converted(wd, w->nb[1], w->type, M, K, xd, row_size, n, static_cast<float *>(dst->data),
+                      pool, w->type == GGML_TYPE_Q8_0 && q8_gemm_pays(n));
+}
+
+}  // namespace
+
+void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, int64_t K,
+                       const char *x, size_t x_row, int64_t n, float *y, WorkerPool *pool, bool gemm) {
+    int64_t m_first = 0;  // rows below it are done
+    if (gemm) {
+        GGML_ASSERT(type == GGML_TYPE_Q8_0);
+        q8_gemm(w, (int64_t)w_row, M, K, x, n, y, pool);
+        m_first = M - M % Q8_GEMM_ROWS;
+    }
+    const int64_t rows = M - m_first;
+    if (rows == 0) return;
+    const ggml_type_traits_cpu *traits = cpu_backend().type_traits(type);
+    // Few long tasks: each is one sequential stream through its rows, which the hardware
+    // prefetchers serve far better than many short interleaved ones. A few per thread still
+    // let a preempted thread's share be taken over.
+    const int64_t n_tasks = std::max<int64_t>(
+        1, std::min<int64_t>((rows + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
+                             MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
+    const int64_t rows_per_task = (rows + n_tasks - 1) / n_tasks;
+    pool->run(n_tasks, [&](int64_t t) {
+        const int64_t m0 = m_first + t * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
+        for (int64_t m = m0; m < m1; ++m)
+            for (int64_t j = 0; j < n; ++j)
+                traits->vec_dot((int)K, y + j * M + m, 0, w + m * w_row, 0, x + j * x_row, 0, 1);
+    });
+}
+
+ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
+                          ggml_tensor *ids) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->ne[0] == w->ne[0] && x->nb[0] == sizeof(float));
+    GGML_ASSERT(ggml_is_contiguous(w) && x->ne[2] == 1 && x->ne[3] == 1);
+    GGML_ASSERT(ids ? (ids->type == GGML_TYPE_I32 && w->ne[3] == 1) : w->ne[2] == 1);
+    ggml_tensor *args[3] = {w, x, ids};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, ids ? 3 : 2,
+                          pool_mul_mat_kernel, 1, pool);
+}
+
+}  // namespace kazeia
