@@ -63,9 +63,11 @@ PROBE_S = 0.05
 # (ASCII or CJK) before the limit: the model is trained on sentences, and its prompt and KV
 # cache stay small.
 MAX_SENTENCE_CHARS = 400
-# Text is split into sentences this many characters at a time, other connections taking their
-# turn between (a multiple of MAX_SENTENCE_CHARS: the same pieces as one split of the whole).
-TURN_CHARS = 10 * MAX_SENTENCE_CHARS
+# Text is made speakable and split into sentences this many characters at a time, other
+# connections taking their turn between (a multiple of MAX_SENTENCE_CHARS: the same pieces as
+# one split of the whole). A describe needs several turns of the event loop: a turn must be
+# short (about a millisecond) for its answer to stay well under 100 ms.
+TURN_CHARS = 2 * MAX_SENTENCE_CHARS
 # An `error` event's text at most (it quotes at most QUOTE_CHARS of the request; the rest is
 # ours, e.g. the list of valid voices).
 MAX_ERROR_CHARS = 4096
