@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import time
@@ -250,7 +251,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         self._to_speak: asyncio.Queue[Any] = asyncio.Queue()
         self._speaking: asyncio.Task[None] | None = None
         self._stream: StreamSentences | None = None
-        self._stream_ssml: list[str] | None = None  # an SSML stream's text so far
+        self._stream_ssml: io.StringIO | None = None  # an SSML stream's text so far
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_ok = False
         self._stream_answer: Answer | None = None
@@ -386,7 +387,7 @@ class KazeiaEventHandler(AsyncEventHandler):
                 )
                 await self._end_stream()
             self._stream, self._stream_voice = StreamSentences(self._speakable()), start.voice
-            self._stream_ssml = [] if _is_ssml(event) else None
+            self._stream_ssml = io.StringIO() if _is_ssml(event) else None
             # Check the voice and take the stream's place now: one error for the stream, not
             # one per sentence.
             self._stream_answer = await self._admit_stream(start.voice)
@@ -396,8 +397,8 @@ class KazeiaEventHandler(AsyncEventHandler):
             if self._stream is None:
                 raise ProtocolError("synthesize-chunk outside a synthesize-start/stop stream")
             if self._stream_ssml is not None:  # a document: spoken once it is whole
-                self._stream_ssml.append(chunk.text)
-                if sum(map(len, self._stream_ssml)) > MAX_DATA_BYTES:
+                self._stream_ssml.write(chunk.text)
+                if self._stream_ssml.tell() > MAX_DATA_BYTES:  # characters written so far
                     raise ProtocolError(f"an SSML stream longer than {MAX_DATA_BYTES} characters")
                 return True
             for sentence in await _sentences_in_turns(self._stream, chunk.text):
@@ -428,7 +429,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         assert self._stream is not None
         if self._stream_ssml is not None:
             if self._stream_ok:
-                text = "".join(self._stream_ssml)
+                text = self._stream_ssml.getvalue()
                 self._queue(_Utterance(text, self._stream_voice, self._stream_answer, ssml=True))
         else:
             for sentence in self._stream.finish():  # at most MAX_SENTENCE_CHARS held

@@ -167,11 +167,10 @@ class SpeakableText:
                 return ""
             self._decide()
         if self._kind == "fence":
-            info = self._held[self._info_at :]
-            if self._marker[0] == "`" and "`" in info:  # ```code``` on one line: no fence
+            if self._opens_a_code_span():
                 self._decide(fence=False)
             else:
-                if len(info) > MAX_HELD_CHARS:  # a fence: its info string is not said
+                if len(self._held) - self._info_at > MAX_HELD_CHARS:  # its info is not said
                     self._held = self._held[: self._info_at]
                 return ""
         return self._cut_and_say(line_end=False)
@@ -208,8 +207,7 @@ class SpeakableText:
                 return self._say(newline)
             self._decide()
         if self._kind == "fence":
-            info = self._held[self._info_at :]
-            if not (self._marker[0] == "`" and "`" in info):
+            if not self._opens_a_code_span():
                 self._fence = self._marker
                 return ""
             self._decide(fence=False)
@@ -217,6 +215,11 @@ class SpeakableText:
         if self._kind in ("item", "row") and self._line_last not in _SENTENCE_ENDS:
             text += "。" if _CJK.match(self._line_last) else "."
         return text + self._say(newline)
+
+    def _opens_a_code_span(self) -> bool:
+        """Whether the line taken for a backtick fence is ```code``` on one line after all (a
+        backtick fence's info string has no backtick)."""
+        return self._marker[0] == "`" and "`" in self._held[self._info_at :]
 
     def _decide(self, fence: bool = True) -> None:
         """The current line's kind, from its start, and its markers removed (a fence's are
