@@ -18,9 +18,11 @@ import soundfile as sf
 from kazeia_dev.random_checkpoint import main as random_checkpoint
 
 from wyoming_kazeia.convert import convert
-from wyoming_kazeia.engine import ONE_PASS_PUSH_FRAMES, Engine, EngineError
+from wyoming_kazeia.engine import Engine
+from wyoming_kazeia.errors import EngineError
 from wyoming_kazeia.native import DECODER_GPU_CHUNK_FRAMES, ModelError
 from wyoming_kazeia.settings import EngineSettings, SettingsError
+from wyoming_kazeia.synthesis import ONE_PASS_PUSH_FRAMES
 
 TEXT = "Hello there, this is a small test of the streaming engine."
 

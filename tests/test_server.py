@@ -41,8 +41,8 @@ from wyoming.tts import (
 
 from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.errors import SlowClientError
-from wyoming_kazeia.handler import MAX_SENTENCE_CHARS, StreamSentences, split_sentences
 from wyoming_kazeia.health_check import is_loading
+from wyoming_kazeia.sentences import MAX_SENTENCE_CHARS, StreamSentences, split_sentences
 from wyoming_kazeia.server import build_info, serve
 from wyoming_kazeia.service import TtsService
 from wyoming_kazeia.settings import EngineSettings

@@ -10,7 +10,7 @@ import pytest
 
 from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.errors import SsmlError
-from wyoming_kazeia.handler import StreamSentences
+from wyoming_kazeia.sentences import StreamSentences
 from wyoming_kazeia.settings import EngineSettings
 from wyoming_kazeia.speakable import (
     MAX_BREAK_S,

@@ -30,13 +30,15 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from . import __version__, cpu_floor  # noqa: F401 - cpu_floor first: it checks the CPU
+from .daemon_thread import in_daemon_thread
 from .engine import Engine, VoicePrompt, resolve_placements
 from .errors import KazeiaError, SettingsError, VoiceError
+from .model_voices import LibraryLook, ModelVoices, VoiceModel
 from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import KERNEL_ISA, describe_placement, ggml_cpu_features, ggml_cpu_variant
 from .server import announce_zeroconf, serve
-from .service import LibraryLook, ModelVoices, TtsService, VoiceModel, in_daemon_thread
+from .service import TtsService
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
 from .voices import DEFAULT_SPEAKER, Choice, VoiceCatalog
 from .voices.library import StoredVoice, VoiceLibrary

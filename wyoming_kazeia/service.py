@@ -9,33 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
-from .engine import (
-    Engine,
-    Synthesis,
-    SynthesisMetrics,
-    VoicePrompt,
-    follows_instructions,
-    resolve_placements,
-)
+from .daemon_thread import in_daemon_thread
+from .engine import Engine, VoicePrompt, resolve_placements
 from .errors import (
-    ModelNotFoundError,
     NotReadyError,
     ServiceBusyError,
     SlowClientError,
     VoiceError,
 )
-from .files import read_text
+from .model_voices import LibraryLook, ModelVoices, VoiceModel
 from .settings import EngineSettings
 from .speakable import Pause
+from .synthesis import Synthesis, SynthesisMetrics
 from .voices import Choice, VoiceCatalog
 from .voices.library import StoredVoice, VoiceLibrary
 
@@ -180,53 +172,6 @@ class AudioStream:
 
     def cancel(self) -> None:
         self._job.cancel()
-
-
-@dataclass(frozen=True)
-class ModelVoices:
-    """Which library voices a model speaks: clones need a Base model, described voices a
-    VoiceDesign model, instructed ones a CustomVoice 1.7B model with that speaker."""
-
-    kind: str
-    speakers: tuple[str, ...]
-    follows_instructions: bool
-
-    @classmethod
-    def of_engine(cls, engine: Engine) -> ModelVoices:
-        return cls(engine.kind, tuple(engine.speakers), engine.follows_instructions)
-
-    @classmethod
-    def of_folder(cls, model_dir: Path) -> ModelVoices:
-        """From a converted model's config.json (copied by the converter): for a model that is
-        not loaded yet."""
-        try:
-            config = json.loads(read_text(model_dir / "config.json"))
-            kind, size = str(config["tts_model_type"]), str(config.get("tts_model_size", ""))
-            speakers = tuple(str(s).lower() for s in config["talker_config"]["spk_id"])
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ModelNotFoundError(
-                f"{model_dir}/config.json: cannot tell its kind ({err})"
-            ) from err
-        return cls(kind, speakers, follows_instructions(kind, size))
-
-    def speaks(self, voice: StoredVoice) -> bool:
-        if voice.model_kind != self.kind:
-            return False
-        return voice.kind != "instruct" or (
-            self.follows_instructions and (voice.speaker or "") in self.speakers
-        )
-
-
-@dataclass
-class VoiceModel:
-    """A second model, for the library voices the main model does not speak (e.g. a Base model
-    for cloned voices beside the CustomVoice speakers): loaded on the first request for one of
-    its voices, then kept."""
-
-    name: str  # for the log
-    voices: ModelVoices
-    load: Callable[[], Engine]
-    engine: Engine | None = None
 
 
 class TtsService:
@@ -681,40 +626,3 @@ class TtsService:
             _LOGGER.warning("the engine did not stop within %.1f s", timeout)
             return False
         return True
-
-
-async def in_daemon_thread(fn: Callable[[], T]) -> T:
-    """fn() in a daemon thread of its own: blocking work (a download, a model load, a look at
-    the library on a stuck disk) that must never keep the process from ending, as a thread
-    of asyncio's executor would at the end of asyncio.run."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def work() -> None:
-        try:
-            outcome: tuple[Any, BaseException | None] = (fn(), None)
-        except BaseException as err:  # noqa: BLE001 - delivered to the awaiting task
-            outcome = (None, err)
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
-            loop.call_soon_threadsafe(_settle, future, *outcome)
-
-    threading.Thread(target=work, name="kazeia-load", daemon=True).start()
-    return await future
-
-
-def _settle(future: asyncio.Future[Any], result: Any, err: BaseException | None) -> None:
-    if future.done():
-        return
-    if err is not None:
-        future.set_exception(err)
-    else:
-        future.set_result(result)
-
-
-@dataclass(frozen=True)
-class LibraryLook:
-    """What a look at the voice library found (see VoiceLibrary)."""
-
-    signature: Any
-    found: list[StoredVoice]
-    problems: list[str]
