@@ -139,7 +139,7 @@ def test_cancellation_stops_and_leaks_no_thread(
     next(s)
     time.sleep(0.2)  # chunks queue up unread: closing must not depend on reading them
     t0 = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="wyoming_kazeia.engine"):
+    with caplog.at_level(logging.INFO, logger="wyoming_kazeia.synthesis"):
         s.close()
     assert "synthesis cancelled after" in caplog.text
     assert time.monotonic() - t0 < 1.0

@@ -10,6 +10,7 @@ import pytest
 from conftest import ref_array
 
 from wyoming_kazeia import _native
+from wyoming_kazeia._native import testing
 from wyoming_kazeia.native import Generator, ModelError
 
 IDS = ref_array("tiny-0.6b", "input_ids")
@@ -199,11 +200,11 @@ def test_voice_prefix_cache_is_exact(talker_gguf: dict[str, Path]) -> None:
     """The voice rows' K/V are computed on first use and reused after: same results."""
     g = Generator(str(talker_gguf["tiny-1.7b"]), threads=2)
     ids = ref_array("tiny-1.7b", "input_ids")
-    first = g.trace(ids, "dylan", "auto", False, 6)  # computes and stores the prefix
-    second = g.trace(ids, "dylan", "auto", False, 6)  # loads it
+    first = testing.trace(g, ids, "dylan", "auto", False, 6)  # computes and stores the prefix
+    second = testing.trace(g, ids, "dylan", "auto", False, 6)  # loads it
     for key in ("talker_logits", "talker_hidden", "cp_logits", "codes"):
         assert np.array_equal(first[key], second[key]), key
-    other = g.trace(ids, "vivian", "english", False, 6)  # another voice: another prefix
+    other = testing.trace(g, ids, "vivian", "english", False, 6)  # another voice: another prefix
     assert not np.array_equal(other["talker_logits"], first["talker_logits"])
 
 
@@ -226,8 +227,8 @@ def test_kv_cache_growth_is_exact(gen: Generator) -> None:
     """The talker cache grows in blocks (old slots copied, step graph rebuilt): growing every 7
     slots gives what one big block gives (up to fp32 summation order: the softmax rows differ
     in length; a lost or misplaced slot would change the logits by ~1)."""
-    big = gen.trace(IDS, "vivian", "english", False, 60, kv_block=1024)
-    small = gen.trace(IDS, "vivian", "english", False, 60, kv_block=7)
+    big = testing.trace(gen, IDS, "vivian", "english", False, 60, kv_block=1024)
+    small = testing.trace(gen, IDS, "vivian", "english", False, 60, kv_block=7)
     assert big["codes"].shape == (60, 16)
     assert np.array_equal(big["codes"], small["codes"])
     for key in ("talker_logits", "talker_hidden", "cp_logits", "step_embeds"):
@@ -238,13 +239,13 @@ def test_teacher_forcing_feeds_the_given_codes(gen: Generator) -> None:
     """forced_codes (quality measurements): forcing a greedy run's own codes reproduces its
     trace exactly; forcing other codes records them, keeps the first frame's talker logits
     (same prompt) and changes what follows; the run ends with the forced frames."""
-    free = gen.trace(IDS, "vivian", "english", False, 12)
-    again = gen.trace(IDS, "vivian", "english", False, 50, forced_codes=free["codes"])
+    free = testing.trace(gen, IDS, "vivian", "english", False, 12)
+    again = testing.trace(gen, IDS, "vivian", "english", False, 50, forced_codes=free["codes"])
     assert again["codes"].shape == (12, 16)  # at most the forced frames, despite max_frames
     for key in ("codes", "talker_logits", "cp_logits", "step_embeds"):
         assert np.array_equal(again[key], free[key]), key
     other = (free["codes"] + 7) % 2048
-    forced = gen.trace(IDS, "vivian", "english", False, 12, forced_codes=other)
+    forced = testing.trace(gen, IDS, "vivian", "english", False, 12, forced_codes=other)
     assert np.array_equal(forced["codes"], other)
     assert np.array_equal(forced["talker_logits"][0], free["talker_logits"][0])
     assert not np.allclose(forced["talker_logits"][1], free["talker_logits"][1])
@@ -262,4 +263,4 @@ def test_teacher_forcing_feeds_the_given_codes(gen: Generator) -> None:
 )
 def test_bad_forced_codes_are_refused(gen: Generator, codes: np.ndarray, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        gen.trace(IDS, "vivian", "english", False, 3, forced_codes=codes)
+        testing.trace(gen, IDS, "vivian", "english", False, 3, forced_codes=codes)

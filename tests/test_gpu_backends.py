@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from conftest import REFERENCE_MODELS, ref_array, ref_codes
 
+from wyoming_kazeia._native import testing
 from wyoming_kazeia.engine import Engine, resolve_placements
 from wyoming_kazeia.errors import SettingsError
 from wyoming_kazeia.native import (
@@ -162,7 +163,7 @@ def frames_and_waits(
     """The codes of a generation, its graph computations per frame after the first (the
     first's include the prefill's; the draw of an eos that ended it, one computation on every
     path, not counted): each one a submission the host waits for on a GPU; and its stats."""
-    it = gen.frames(*args, **kwargs)
+    it = testing.frames(gen, *args, **kwargs)
     codes = [next(it)]
     first = it.stats["computations"]
     codes += list(it)
@@ -198,9 +199,9 @@ def test_generator_on_a_gpu_matches_official(
     name, gpu, cpu_gen = on_gpu
     speaker, language, non_streaming = MODES[mode]
     ids = ref_array(name, "input_ids")
-    ours = gpu.trace(ids, speaker, language, non_streaming, FRAMES)
+    ours = testing.trace(gpu, ids, speaker, language, non_streaming, FRAMES)
     expected = ref_array(name, f"{mode}_codes")
-    cpu = cpu_gen.trace(ids, speaker, language, non_streaming, FRAMES)
+    cpu = testing.trace(cpu_gen, ids, speaker, language, non_streaming, FRAMES)
     assert np.array_equal(cpu["codes"], expected)  # the yardstick of the margins
     parted = explained_divergence(ours, cpu, expected)
     # Up to where the codes part, the inputs are the reference's: compare the outputs there.
@@ -222,7 +223,7 @@ def test_a_cache_growing_on_a_gpu_changes_no_code(
     name, gpu, _ = on_gpu
     speaker, language, non_streaming = MODES["stream"]
     ids = ref_array(name, "input_ids")
-    trace = gpu.trace(ids, speaker, language, non_streaming, FRAMES, kv_block=5)
+    trace = testing.trace(gpu, ids, speaker, language, non_streaming, FRAMES, kv_block=5)
     assert np.array_equal(trace["codes"], ref_array(name, "stream_codes"))
     # Frames computed whole: the frame graph built again at each growth.
     greedy: dict[str, Any] = {"greedy": True, "repetition_penalty": 1.0, "max_frames": FRAMES}

@@ -16,6 +16,8 @@ from wyoming_kazeia.native import tool_path
 # ggml's CPU library: the linked one, or one of a variant build's (libkazeia-ggml-cpu-<level>.so)
 CPU_LIBRARY = re.compile(r"libkazeia-ggml-cpu(-[a-z0-9_]+)?\.so")
 GPU_LIBRARIES = ("libkazeia-ggml-vulkan.so", "libkazeia-ggml-cuda.so")
+# The test hooks' submodule docstring (native/bindings/module.cpp).
+TESTING_DOC = b"Test hooks and bench probes"
 
 # Loads the stock ggml of libggml-python (as llama-cpp-python or another binding would) before
 # or after our extension, decodes, and reports which ggml libraries the process mapped.
@@ -103,7 +105,8 @@ def _imported_modules(source: str) -> set[str]:
 
 def test_built_wheel_holds_only_the_product(tmp_path: Path) -> None:
     """The wheel (what pip and the Docker image install) is the product alone: the package
-    with its native files, no developer tooling, nothing that imports torch or kazeia_dev."""
+    with its native files, no developer tooling, nothing that imports torch or kazeia_dev, no
+    test hooks in the extension."""
     import os
     import zipfile
 
@@ -122,6 +125,8 @@ def test_built_wheel_holds_only_the_product(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         sources = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
+        (extension,) = [n for n in names if re.fullmatch(r"wyoming_kazeia/_native\..*\.so", n)]
+        shipped = zf.read(extension)
     assert {n.split("/")[0] for n in names} == {
         "wyoming_kazeia",
         wheel.name.split("-py3")[0].split("-cp")[0] + ".dist-info",
@@ -131,3 +136,9 @@ def test_built_wheel_holds_only_the_product(tmp_path: Path) -> None:
     for name, source in sources.items():
         imported = _imported_modules(source)
         assert not imported & {"torch", "kazeia_dev", "transformers", "safetensors"}, name
+    # The test hooks (_native.testing) are in the development build the tests run on, not in
+    # the wheel: their docstrings are in one extension and not in the other.
+    hooks = [TESTING_DOC, b"Memory read bandwidth in GB/s"]
+    developed = Path(_native.__file__).read_bytes()
+    assert hasattr(_native, "testing") and all(doc in developed for doc in hooks)
+    assert not [doc for doc in hooks if doc in shipped]

@@ -15,6 +15,7 @@ import pytest
 from conftest import mid_checkpoint
 from kazeia_dev.bench.quality import mean_kl
 
+from wyoming_kazeia._native import testing
 from wyoming_kazeia.convert import convert_part
 from wyoming_kazeia.native import Generator, formats
 
@@ -63,8 +64,8 @@ def test_quantized_logits_close_to_f32(
     for _ in range(8):
         text = list(rng.integers(1000, 100000, size=int(rng.integers(3, 12))))
         ids = np.array([151644, 77091, 198, *text, 151645, 198, 151644, 77091, 198])
-        a = ref.trace(ids, "vivian", "english", False, 1)
-        b = quant.trace(ids, "vivian", "english", False, 1)
+        a = testing.trace(ref, ids, "vivian", "english", False, 1)
+        b = testing.trace(quant, ids, "vivian", "english", False, 1)
         talker_ref.append(a["talker_logits"][0])
         talker_q.append(b["talker_logits"][0])
         # Head g (predicting code g+1) sees codes 0..g: compare it while those agree, so both

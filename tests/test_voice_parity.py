@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from conftest import CLONE_MODELS, DESIGN_MODELS, ref_array
 
+from wyoming_kazeia._native import testing
 from wyoming_kazeia.native import Generator, InputError, Voice
 
 FRAMES = 23  # the references' max_new_tokens=24: 24 talker calls, 23 frames
@@ -73,8 +74,8 @@ def test_a_cloned_voice_generates_the_official_codes(
     in_context, language, non_streaming, recording = CLONE_MODES[mode]
     voice = clone_voice(name, in_context, recording)
     ids = ref_array(name, "input_ids")
-    t = gen.trace(
-        ids, voice=voice, language=language, non_streaming=non_streaming, max_frames=FRAMES
+    t = testing.trace(
+        gen, ids, voice=voice, language=language, non_streaming=non_streaming, max_frames=FRAMES
     )
     assert_trace_matches(t, name, mode)
 
@@ -88,8 +89,8 @@ def test_a_cloned_voice_reuses_its_prompt_exactly(base: tuple[str, Generator]) -
     for non_streaming in (False, True):
         mode = "clone_icl_nonstream" if non_streaming else "clone_icl"
         for _ in range(2):
-            t = gen.trace(ids, voice=voice, language="english", non_streaming=non_streaming,
-                          max_frames=FRAMES)  # fmt: skip
+            t = testing.trace(gen, ids, voice=voice, language="english",
+                              non_streaming=non_streaming, max_frames=FRAMES)  # fmt: skip
             assert np.array_equal(t["codes"], ref_array(name, f"{mode}_codes"))
     # A transcript longer than the reference's frames: every prompt row but the last is the
     # voice's.
@@ -121,7 +122,8 @@ def test_the_instruction_of_a_custom_voice_follows_the_official(
 ) -> None:
     gen = Generator(str(talker_gguf["tiny-1.7b"]), threads=2)
     voice = Voice(instruct_ids=ref_array("tiny-1.7b", "instruct_ids"))
-    t = gen.trace(
+    t = testing.trace(
+        gen,
         ref_array("tiny-1.7b", "input_ids"),
         "vivian",
         voice=voice,
@@ -136,7 +138,8 @@ def test_the_instruction_of_a_custom_voice_follows_the_official(
 def test_a_designed_voice_follows_the_official(talker_gguf: dict[str, Path], mode: str) -> None:
     (name,) = DESIGN_MODELS
     gen = Generator(str(talker_gguf[name]), threads=2)
-    t = gen.trace(
+    t = testing.trace(
+        gen,
         ref_array(name, "input_ids"),
         voice=Voice(instruct_ids=ref_array(name, "design_ids")),
         language="english",

@@ -122,7 +122,7 @@ class Generator:
     @property
     def predictor_device(self) -> str: ...
     # input_ids: TextTokenizer.prompt_ids of the text. Unset sampling values come from the
-    # model's generation_config.json; greedy=True takes the argmax (tests).
+    # model's generation_config.json; greedy=True takes the argmax.
     def frames(
         self,
         input_ids: npt.ArrayLike,
@@ -137,8 +137,6 @@ class Generator:
         repetition_penalty: float | None = None,
         max_frames: int = 2048,
         voice: Voice | None = None,
-        kv_block: int = 256,
-        whole_frames: bool = True,
     ) -> FrameIterator: ...
     def generate(
         self,
@@ -155,17 +153,6 @@ class Generator:
         max_frames: int = 2048,
         voice: Voice | None = None,
     ) -> npt.NDArray[np.int32]: ...
-    def trace(
-        self,
-        input_ids: npt.ArrayLike,
-        speaker: str = "",
-        language: str = "auto",
-        non_streaming: bool = False,
-        max_frames: int = 2048,
-        kv_block: int = 256,
-        voice: Voice | None = None,
-        forced_codes: npt.ArrayLike | None = None,
-    ) -> dict[str, npt.NDArray[Any]]: ...
     def text_tokens(self, input_ids: npt.ArrayLike) -> int: ...
     @property
     def damaged(self) -> bool: ...
@@ -187,8 +174,38 @@ class _Formats:
 
 formats: _Formats
 
-# _native.testing: test hooks and bench probes.
+# _native.testing: test hooks and bench probes, in development builds only (KAZEIA_TESTING).
 class _Testing:
+    def frames(
+        self,
+        generator: Generator,
+        input_ids: npt.ArrayLike,
+        speaker: str = "",
+        language: str = "auto",
+        non_streaming: bool = False,
+        greedy: bool = False,
+        seed: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        max_frames: int = 2048,
+        voice: Voice | None = None,
+        kv_block: int = 256,
+        whole_frames: bool = True,
+    ) -> FrameIterator: ...
+    def trace(
+        self,
+        generator: Generator,
+        input_ids: npt.ArrayLike,
+        speaker: str = "",
+        language: str = "auto",
+        non_streaming: bool = False,
+        max_frames: int = 2048,
+        kv_block: int = 256,
+        voice: Voice | None = None,
+        forced_codes: npt.ArrayLike | None = None,
+    ) -> dict[str, npt.NDArray[Any]]: ...
     def select_token(
         self,
         logits: npt.ArrayLike,

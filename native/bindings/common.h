@@ -7,10 +7,14 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "kazeia/arch.h"
+#include "kazeia/generator.h"
+#include "src/arch.h"
 
 namespace kazeia::bindings {
 
@@ -24,6 +28,30 @@ void def_voices(py::module_ &m);
 void def_formats(py::module_ &m);
 // Test hooks and bench probes (single kernels, the sampler on given logits): _native.testing.
 void def_testing(py::module_ &m);
+
+// The generation helpers the product's Generator (engine.cpp) and the test hooks share.
+// The int32 ids of a 1-D integer array (or sequence); InputError naming `what` otherwise.
+std::vector<int32_t> ids_from(const py::array &arr, const char *what = "input_ids");
+GenerationOptions options_from(const std::string &speaker, const VoiceOptions *voice,
+                               const std::string &language, bool non_streaming, bool greedy,
+                               std::optional<uint64_t> seed, std::optional<float> temperature,
+                               std::optional<int> top_k, std::optional<float> top_p,
+                               std::optional<float> repetition_penalty, int max_frames);
+// Frames as an int32 array [T, 16].
+py::array_t<int32_t> frames_to_numpy(const std::vector<Frame> &frames);
+
+// Python iterator over the frames of one generation; the native work runs without the GIL.
+class FrameIterator {
+  public:
+    explicit FrameIterator(std::unique_ptr<GenerationSession> s);
+    py::array_t<int32_t> next();
+    void close();
+    py::dict stats() const;
+
+  private:
+    std::unique_ptr<GenerationSession> session_;
+    GenerationStats stats_;  // once the session is done
+};
 
 // A float vector handed to numpy without a copy (the array owns it).
 inline py::array_t<float> to_numpy(std::vector<float> &&v) {

@@ -17,6 +17,8 @@
 #include "kazeia/error.h"
 #include "kazeia/generator.h"
 #include "kazeia/speech_decoder.h"
+#include "src/decoder_arch.h"
+#include "src/talker_arch.h"
 
 namespace kazeia::bindings {
 
@@ -47,8 +49,10 @@ std::vector<int32_t> codes_from_array(const py::array &arr, const DecoderHParams
     return out;
 }
 
+}  // namespace
+
 // The int32 ids of a 1-D integer array (or sequence).
-std::vector<int32_t> ids_from(const py::array &arr, const char *what = "input_ids") {
+std::vector<int32_t> ids_from(const py::array &arr, const char *what) {
     const char kind = arr.dtype().kind();
     if ((kind != 'i' && kind != 'u') || arr.ndim() != 1)
         throw InputError(std::string(what) + " must be a 1-D sequence of integers");
@@ -119,69 +123,39 @@ py::array_t<int32_t> frames_to_numpy(const std::vector<Frame> &frames) {
     return out;
 }
 
-py::array_t<float> floats(const std::vector<float> &v, std::vector<py::ssize_t> shape) {
-    py::array_t<float> out(shape);
-    std::copy(v.begin(), v.end(), out.mutable_data());
+FrameIterator::FrameIterator(std::unique_ptr<GenerationSession> s) : session_(std::move(s)) {}
+
+py::array_t<int32_t> FrameIterator::next() {
+    if (!session_) throw py::stop_iteration();
+    std::optional<Frame> f;
+    {
+        py::gil_scoped_release release;
+        f = session_->next();
+    }
+    if (!f) {
+        stats_ = session_->stats();
+        session_.reset();  // frees the KV caches and threads now
+        throw py::stop_iteration();
+    }
+    py::array_t<int32_t> out((py::ssize_t)f->size());
+    std::copy(f->begin(), f->end(), out.mutable_data());
     return out;
 }
 
-// Python iterator over the frames of one generation; the native work runs without the GIL.
-class FrameIterator {
-  public:
-    FrameIterator(std::unique_ptr<GenerationSession> s) : session_(std::move(s)) {}
-    py::array_t<int32_t> next() {
-        if (!session_) throw py::stop_iteration();
-        std::optional<Frame> f;
-        {
-            py::gil_scoped_release release;
-            f = session_->next();
-        }
-        if (!f) {
-            stats_ = session_->stats();
-            session_.reset();  // frees the KV caches and threads now
-            throw py::stop_iteration();
-        }
-        py::array_t<int32_t> out((py::ssize_t)f->size());
-        std::copy(f->begin(), f->end(), out.mutable_data());
-        return out;
-    }
-    void close() { session_.reset(); }
-    py::dict stats() const {
-        const GenerationStats s = session_ ? session_->stats() : stats_;
-        py::dict d;
-        d["frames"] = s.frames;
-        d["talker_ms"] = s.talker_ms;
-        d["predictor_ms"] = s.predictor_ms;
-        d["graph_setup_ms"] = s.graph_setup_ms;
-        d["frame_graph_ms"] = s.frame_graph_ms;
-        d["predictor_computations"] = s.predictor_computations;
-        d["computations"] = s.computations;
-        return d;
-    }
+void FrameIterator::close() { session_.reset(); }
 
-  private:
-    std::unique_ptr<GenerationSession> session_;
-    GenerationStats stats_;  // once the session is done
-};
-
-// Teacher-forced frames from an integer array [T, groups] (ranges are checked by the engine).
-std::vector<Frame> forced_frames(const py::array &arr, int64_t groups) {
-    if (arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u')
-        throw InputError("forced_codes must be an integer array");
-    if (arr.ndim() != 2 || arr.shape(1) != (py::ssize_t)groups || arr.shape(0) < 1 ||
-        groups != (int64_t)Frame().size())
-        throw InputError("forced_codes must have shape [T >= 1, " + std::to_string(groups) + "]");
-    auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
-    std::vector<Frame> out(arr.shape(0));
-    for (size_t i = 0; i < out.size(); ++i)
-        for (int64_t g = 0; g < groups; ++g) {
-            const int64_t v = wide.data()[i * groups + g];
-            out[i][g] = (int32_t)std::clamp<int64_t>(v, -1, INT32_MAX);  // -1: out of range
-        }
-    return out;
+py::dict FrameIterator::stats() const {
+    const GenerationStats s = session_ ? session_->stats() : stats_;
+    py::dict d;
+    d["frames"] = s.frames;
+    d["talker_ms"] = s.talker_ms;
+    d["predictor_ms"] = s.predictor_ms;
+    d["graph_setup_ms"] = s.graph_setup_ms;
+    d["frame_graph_ms"] = s.frame_graph_ms;
+    d["predictor_computations"] = s.predictor_computations;
+    d["computations"] = s.computations;
+    return d;
 }
-
-}  // namespace
 
 void def_engine(py::module_ &m) {
 
@@ -328,13 +302,10 @@ void def_engine(py::module_ &m) {
                const std::string &language, bool non_streaming, bool greedy,
                std::optional<uint64_t> seed, std::optional<float> temperature,
                std::optional<int> top_k, std::optional<float> top_p,
-               std::optional<float> repetition_penalty, int max_frames, const VoiceOptions *voice,
-               int kv_block, bool whole_frames) {
+               std::optional<float> repetition_penalty, int max_frames, const VoiceOptions *voice) {
                 auto ids = ids_from(input_ids);
                 auto o = options_from(speaker, voice, language, non_streaming, greedy, seed,
                                       temperature, top_k, top_p, repetition_penalty, max_frames);
-                o.kv_block = kv_block;
-                o.whole_frames = whole_frames;
                 std::unique_ptr<GenerationSession> s;
                 {
                     py::gil_scoped_release release;
@@ -347,10 +318,8 @@ void def_engine(py::module_ &m) {
             py::arg("greedy") = false, py::arg("seed") = py::none(),
             py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
             py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
-            py::arg("max_frames") = 2048, py::arg("voice") = nullptr, py::arg("kv_block") = 256,
-            py::arg("whole_frames") = true,
-            "The frames one by one (stats: the session's figures). kv_block: talker cache growth "
-            "step (tests); whole_frames=False: no frame computed whole on a GPU (benches, tests).")
+            py::arg("max_frames") = 2048, py::arg("voice") = nullptr,
+            "The frames one by one (stats: the session's figures).")
         .def(
             "generate",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,
@@ -376,43 +345,6 @@ void def_engine(py::module_ &m) {
             py::arg("repetition_penalty") = py::none(), py::arg("max_frames") = 2048,
             py::arg("voice") = nullptr,
             "All frames at once: int32 [T, 16] (T < max_frames when eos came first).")
-        .def(
-            "trace",
-            [](const Generator &g, const py::array &input_ids, const std::string &speaker,
-               const std::string &language, bool non_streaming, int max_frames, int kv_block,
-               const VoiceOptions *voice, const std::optional<py::array> &forced_codes) {
-                auto ids = ids_from(input_ids);
-                auto o = options_from(speaker, voice, language, non_streaming, true, 0,
-                                      std::nullopt, std::nullopt, std::nullopt, 1.0f, max_frames);
-                o.kv_block = kv_block;
-                if (forced_codes) o.forced = forced_frames(*forced_codes, g.hparams().num_code_groups);
-                GenerationTrace trace;
-                std::vector<Frame> frames;
-                {
-                    py::gil_scoped_release release;
-                    auto s = g.start(ids, o, &trace);
-                    while (auto f = s->next()) frames.push_back(*f);
-                }
-                const py::ssize_t d = trace.hidden, vocab = g.hparams().talker.vocab_size,
-                                  cpv = g.hparams().predictor.vocab_size;
-                py::dict out;
-                out["codes"] = frames_to_numpy(frames);
-                out["prefill_embeds"] = floats(trace.prefill_embeds, {(py::ssize_t)trace.prefill_embeds.size() / d, d});
-                out["step_embeds"] = floats(trace.step_embeds, {(py::ssize_t)trace.step_embeds.size() / d, d});
-                out["talker_logits"] = floats(trace.talker_logits, {(py::ssize_t)trace.talker_logits.size() / vocab, vocab});
-                out["talker_hidden"] = floats(trace.talker_hidden, {(py::ssize_t)trace.talker_hidden.size() / d, d});
-                const py::ssize_t heads = g.hparams().num_code_groups - 1;  // predictor heads
-                out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (heads * cpv), heads, cpv});
-                return out;
-            },
-            py::arg("input_ids"), py::arg("speaker") = "", py::arg("language") = "auto",
-            py::arg("non_streaming") = false, py::arg("max_frames") = 2048,
-            py::arg("kv_block") = 256, py::arg("voice") = nullptr,
-            py::arg("forced_codes") = py::none(),
-            "Greedy generation (repetition penalty 1) recording every intermediate the official "
-            "reference pins down. kv_block: talker cache growth step (tests). forced_codes "
-            "(int [T, 16]): teacher forcing, frame i is row i whatever the argmax (the logits "
-            "are those of the forced history; quality measurements); at most T frames.")
         .def(
             "text_tokens",
             [](const Generator &g, const py::array &input_ids) { return g.text_tokens(ids_from(input_ids)); },

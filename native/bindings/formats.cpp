@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "common.h"
-#include "kazeia/decoder_arch.h"
+#include "src/decoder_arch.h"
 #include "kazeia/error.h"
-#include "kazeia/speaker_encoder_arch.h"
-#include "kazeia/speech_encoder_arch.h"
-#include "kazeia/talker_arch.h"
+#include "src/speaker_encoder_arch.h"
+#include "src/speech_encoder_arch.h"
+#include "src/talker_arch.h"
 
 #include "ggml.h"
 

@@ -1,6 +1,7 @@
 // pybind11 module wyoming_kazeia._native, grouped by audience: the product classes in the
 // module itself, the converter's format tables in _native.formats, test hooks and bench probes
-// in _native.testing. The product's Python goes through wyoming_kazeia.native.
+// in _native.testing (development builds only: KAZEIA_TESTING). The product's Python goes
+// through wyoming_kazeia.native.
 #include <exception>
 
 #include "common.h"
@@ -32,6 +33,8 @@ PYBIND11_MODULE(_native, m) {
     kazeia::bindings::def_voices(m);
     py::module_ formats = m.def_submodule("formats", "Format tables of the model parts (converter)");
     kazeia::bindings::def_formats(formats);
+#if KAZEIA_TESTING
     py::module_ testing = m.def_submodule("testing", "Test hooks and bench probes");
     kazeia::bindings::def_testing(testing);
+#endif
 }

@@ -1,6 +1,8 @@
 // Test hooks and bench probes (wyoming_kazeia._native.testing): single kernels and the
-// sampler run on given inputs, so that tests can hold them against numpy, and the read
-// bandwidth probe of the decoder bench. Nothing of the product calls these.
+// sampler run on given inputs, so that tests can hold them against numpy; generations with the
+// probes of src/generation_probes.h (a trace of every intermediate, teacher forcing, the cache's
+// growth step, frames apart on a GPU); the read bandwidth probe of the benches. Nothing of the
+// product calls these, and the wheel users get is built without them (KAZEIA_TESTING).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,11 +10,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common.h"
 #include "kazeia/error.h"
 #include "src/cpu_backend.h"
+#include "src/generation_probes.h"
 #include "src/ggml_raii.h"
 #include "src/ops.h"
 #include "src/q8_gemm.h"
@@ -24,6 +30,30 @@
 namespace kazeia::bindings {
 
 namespace {
+
+py::array_t<float> floats(const std::vector<float> &v, std::vector<py::ssize_t> shape) {
+    py::array_t<float> out(shape);
+    std::copy(v.begin(), v.end(), out.mutable_data());
+    return out;
+}
+
+// Teacher-forced frames from an integer array [T, groups] (ranges are checked by the engine).
+std::vector<Frame> forced_frames(const py::array &arr, int64_t groups) {
+    if (arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u')
+        throw InputError("forced_codes must be an integer array");
+    if (arr.ndim() != 2 || arr.shape(1) != (py::ssize_t)groups || arr.shape(0) < 1 ||
+        groups != (int64_t)Frame().size())
+        throw InputError("forced_codes must have shape [T >= 1, " + std::to_string(groups) + "]");
+    auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(arr);
+    std::vector<Frame> out(arr.shape(0));
+    for (size_t i = 0; i < out.size(); ++i)
+        for (int64_t g = 0; g < groups; ++g) {
+            const int64_t v = wide.data()[i * groups + g];
+            out[i][g] = (int32_t)std::clamp<int64_t>(v, -1, INT32_MAX);  // -1: out of range
+        }
+    return out;
+}
+
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
@@ -179,6 +209,77 @@ void def_testing(py::module_ &m) {
         py::arg("suppress_begin"), py::arg("suppress_end"), py::arg("keep"), py::arg("greedy"),
         py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("n"),
         "The talker's token processors and sampler on given logits, n draws (tests).");
+    m.def(
+        "frames",
+        [](const Generator &g, const py::array &input_ids, const std::string &speaker,
+           const std::string &language, bool non_streaming, bool greedy,
+           std::optional<uint64_t> seed, std::optional<float> temperature, std::optional<int> top_k,
+           std::optional<float> top_p, std::optional<float> repetition_penalty, int max_frames,
+           const VoiceOptions *voice, int kv_block, bool whole_frames) {
+            auto ids = ids_from(input_ids);
+            auto o = options_from(speaker, voice, language, non_streaming, greedy, seed,
+                                  temperature, top_k, top_p, repetition_penalty, max_frames);
+            GenerationProbes probes;
+            probes.kv_block = kv_block;
+            probes.whole_frames = whole_frames;
+            std::unique_ptr<GenerationSession> s;
+            {
+                py::gil_scoped_release release;
+                s = start_probed(g, ids, o, probes);
+            }
+            return FrameIterator(std::move(s));
+        },
+        py::keep_alive<0, 1>(), py::arg("generator"), py::arg("input_ids"),
+        py::arg("speaker") = "", py::arg("language") = "auto", py::arg("non_streaming") = false,
+        py::arg("greedy") = false, py::arg("seed") = py::none(),
+        py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
+        py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
+        py::arg("max_frames") = 2048, py::arg("voice") = nullptr, py::arg("kv_block") = 256,
+        py::arg("whole_frames") = true,
+        "Generator.frames with the probes: kv_block, the talker cache's growth step; "
+        "whole_frames=False, no frame computed whole on a GPU.");
+    m.def(
+        "trace",
+        [](const Generator &g, const py::array &input_ids, const std::string &speaker,
+           const std::string &language, bool non_streaming, int max_frames, int kv_block,
+           const VoiceOptions *voice, const std::optional<py::array> &forced_codes) {
+            auto ids = ids_from(input_ids);
+            auto o = options_from(speaker, voice, language, non_streaming, true, 0, std::nullopt,
+                                  std::nullopt, std::nullopt, 1.0f, max_frames);
+            GenerationTrace trace;
+            GenerationProbes probes;
+            probes.kv_block = kv_block;
+            probes.trace = &trace;
+            if (forced_codes) probes.forced = forced_frames(*forced_codes, g.hparams().num_code_groups);
+            std::vector<Frame> frames;
+            {
+                py::gil_scoped_release release;
+                auto s = start_probed(g, ids, o, probes);
+                while (auto f = s->next()) frames.push_back(*f);
+            }
+            const py::ssize_t d = trace.hidden, vocab = g.hparams().talker.vocab_size,
+                              cpv = g.hparams().predictor.vocab_size;
+            const py::ssize_t heads = g.hparams().num_code_groups - 1;  // predictor heads
+            auto rows = [](const std::vector<float> &v, py::ssize_t width) {
+                return floats(v, {(py::ssize_t)v.size() / width, width});
+            };
+            py::dict out;
+            out["codes"] = frames_to_numpy(frames);
+            out["prefill_embeds"] = rows(trace.prefill_embeds, d);
+            out["step_embeds"] = rows(trace.step_embeds, d);
+            out["talker_logits"] = rows(trace.talker_logits, vocab);
+            out["talker_hidden"] = rows(trace.talker_hidden, d);
+            out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (heads * cpv), heads, cpv});
+            return out;
+        },
+        py::arg("generator"), py::arg("input_ids"), py::arg("speaker") = "",
+        py::arg("language") = "auto", py::arg("non_streaming") = false,
+        py::arg("max_frames") = 2048, py::arg("kv_block") = 256, py::arg("voice") = nullptr,
+        py::arg("forced_codes") = py::none(),
+        "Greedy generation (repetition penalty 1) recording every intermediate the official "
+        "reference pins down. kv_block: talker cache growth step. forced_codes (int [T, 16]): "
+        "teacher forcing, frame i is row i whatever the argmax (the logits are those of the "
+        "forced history; quality measurements); at most T frames.");
 }
 
 }  // namespace kazeia::bindings

@@ -8,6 +8,8 @@
 #include "kazeia/error.h"
 #include "kazeia/speaker_encoder.h"
 #include "kazeia/speech_encoder.h"
+#include "src/speaker_encoder_arch.h"
+#include "src/speech_encoder_arch.h"
 
 namespace kazeia::bindings {
 

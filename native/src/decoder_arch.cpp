@@ -1,4 +1,4 @@
-#include "kazeia/decoder_arch.h"
+#include "decoder_arch.h"
 
 namespace kazeia {
 

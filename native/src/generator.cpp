@@ -12,6 +12,7 @@
 #include "cpu_backend.h"
 #include "devices_internal.h"
 #include "frame_graph.h"
+#include "generation_probes.h"
 #include "kazeia/devices.h"
 #include "kazeia/error.h"
 #include "prompt.h"
@@ -52,6 +53,7 @@ struct Sampling {
 struct GenerationSession::State {
     const TalkerModel &m;
     GenerationOptions opt;
+    GenerationProbes probes;
     GenerationTrace *trace;
     WorkerPool pool;  // the weight matmuls; the graphs themselves run on this thread
     BackendPtr backend;  // the CPU: the prompt, and the stacks placed on the CPU
@@ -74,24 +76,24 @@ struct GenerationSession::State {
     double talker_ms = 0.0, predictor_ms = 0.0, frame_graph_ms = 0.0, graph_setup_ms = 0.0;
 
     State(const TalkerModel &model, const std::vector<int32_t> &ids, const GenerationOptions &o,
-          GenerationTrace *t)
-        : m(model), opt(o), trace(t), pool(model.n_threads, model.polite),
+          const GenerationProbes &p)
+        : m(model), opt(o), probes(p), trace(p.trace), pool(model.n_threads, model.polite),
           rng(o.seed ? *o.seed : ((uint64_t)std::random_device{}() << 32 | std::random_device{}())),
           sampling(model.hp, o) {
         if (o.max_frames < 1) throw InputError("max_frames must be >= 1");
-        if (o.kv_block < 1) throw InputError("kv_block must be >= 1");
-        for (size_t i = 0; i < o.forced.size(); ++i)
-            for (size_t g = 0; g < o.forced[i].size(); ++g) {
+        if (p.kv_block < 1) throw InputError("kv_block must be >= 1");
+        for (size_t i = 0; i < p.forced.size(); ++i)
+            for (size_t g = 0; g < p.forced[i].size(); ++g) {
                 const int64_t limit = g ? model.hp.predictor.vocab_size : model.hp.talker.vocab_size;
-                if (o.forced[i][g] < 0 || o.forced[i][g] >= limit)
-                    throw InputError("forced code " + std::to_string(o.forced[i][g]) + " at frame " +
+                if (p.forced[i][g] < 0 || p.forced[i][g] >= limit)
+                    throw InputError("forced code " + std::to_string(p.forced[i][g]) + " at frame " +
                                      std::to_string(i) + ", codebook " + std::to_string(g) +
                                      " is outside 0.." + std::to_string(limit - 1));
             }
         backend.reset(new_cpu_backend());
         prompt = build_prompt(m, ids, o, backend.get(), &pool);
         const auto t0 = std::chrono::steady_clock::now();
-        talker = std::make_unique<TalkerRun>(m, prompt, o.max_frames, o.kv_block,
+        talker = std::make_unique<TalkerRun>(m, prompt, o.max_frames, p.kv_block,
                                              backend_for(m.talker_at), &pool);
         predictor = std::make_unique<CodePredictor>(m, backend_for(m.predictor_at), &pool);
         graph_setup_ms = ms_since(t0);
@@ -137,7 +139,7 @@ struct GenerationSession::State {
     bool whole_frames() {
         if (frame_graph_tried) return frame_graph != nullptr;
         frame_graph_tried = true;
-        if (!opt.whole_frames || trace || !opt.forced.empty() || m.talker_at.on_cpu() ||
+        if (!probes.whole_frames || trace || !probes.forced.empty() || m.talker_at.on_cpu() ||
             m.talker_at.device != m.predictor_at.device)
             return false;
         const auto t0 = std::chrono::steady_clock::now();
@@ -191,14 +193,14 @@ struct GenerationSession::State {
             record_talker_call();
             started = true;
         }
-        const bool forcing = !opt.forced.empty();
-        const int64_t last = forcing ? std::min<int64_t>(opt.max_frames, opt.forced.size()) : opt.max_frames;
+        const bool forcing = !probes.forced.empty();
+        const int64_t last = forcing ? std::min<int64_t>(opt.max_frames, probes.forced.size()) : opt.max_frames;
         if (n_frames >= last) {
             done = true;
             return std::nullopt;
         }
         Frame frame{};
-        const Frame *forced = forcing ? &opt.forced[n_frames] : nullptr;
+        const Frame *forced = forcing ? &probes.forced[n_frames] : nullptr;
         const bool whole = pending_step && whole_frames();
         if (whole) {
             frame = whole_frame();
@@ -257,10 +259,16 @@ int64_t Generator::text_tokens(const std::vector<int32_t> &input_ids) const {
 }
 
 std::unique_ptr<GenerationSession> Generator::start(const std::vector<int32_t> &input_ids,
-                                                    const GenerationOptions &options,
-                                                    GenerationTrace *trace) const {
+                                                    const GenerationOptions &options) const {
+    return start_probed(*this, input_ids, options, GenerationProbes{});
+}
+
+std::unique_ptr<GenerationSession> start_probed(const Generator &generator,
+                                                const std::vector<int32_t> &input_ids,
+                                                const GenerationOptions &options,
+                                                const GenerationProbes &probes) {
     return std::unique_ptr<GenerationSession>(new GenerationSession(
-        std::make_unique<GenerationSession::State>(*model_, input_ids, options, trace)));
+        std::make_unique<GenerationSession::State>(*generator.model_, input_ids, options, probes)));
 }
 
 GenerationSession::GenerationSession(std::unique_ptr<State> state) : state_(std::move(state)) {}

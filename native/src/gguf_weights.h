@@ -9,7 +9,7 @@
 
 #include "ggml_raii.h"
 #include "mapped_file.h"
-#include "kazeia/arch.h"
+#include "arch.h"
 #include "kazeia/error.h"
 
 namespace kazeia {

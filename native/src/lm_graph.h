@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ggml_raii.h"
-#include "kazeia/talker_arch.h"
+#include "talker_arch.h"
 #include "ops.h"
 #include "worker_pool.h"
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "ggml.h"
-#include "kazeia/decoder_arch.h"
+#include "decoder_arch.h"
 #include "worker_pool.h"
 
 namespace kazeia {

@@ -13,6 +13,7 @@
 #include "ggml_raii.h"
 #include "gguf_weights.h"
 #include "kazeia/error.h"
+#include "speaker_encoder_arch.h"
 
 namespace kazeia {
 

@@ -1,4 +1,4 @@
-#include "kazeia/speaker_encoder_arch.h"
+#include "speaker_encoder_arch.h"
 
 namespace kazeia {
 

@@ -12,6 +12,7 @@
 #include "ggml_raii.h"
 #include "gguf_weights.h"
 #include "kazeia/error.h"
+#include "speech_encoder_arch.h"
 #include "worker_pool.h"
 
 namespace kazeia {

@@ -1,4 +1,4 @@
-#include "kazeia/speech_encoder_arch.h"
+#include "speech_encoder_arch.h"
 
 #include <algorithm>
 

@@ -13,7 +13,7 @@
 #include "devices_internal.h"
 #include "gguf_weights.h"
 #include "kazeia/generator.h"
-#include "kazeia/talker_arch.h"
+#include "talker_arch.h"
 #include "lm_graph.h"
 
 namespace kazeia {

@@ -1,4 +1,4 @@
-#include "kazeia/talker_arch.h"
+#include "talker_arch.h"
 
 namespace kazeia {
 

@@ -236,13 +236,16 @@ def _whole_vs_apart(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     computations per frame after the first (the prefill's), each frame computed whole in one
     graph, and apart (the talker's step and code 0, then the code predictor's frame graph),
     medians over the row's repeats, alternating; and whether both drew the same codes."""
+    from wyoming_kazeia import _native
+
     ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
     frames = min(args.frames, WHOLE_FRAMES_COMPARED + 1)
     per_frame: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     codes: dict[bool, np.ndarray] = {}
     for _ in range(args.repeats):
         for whole in (True, False):
-            it = engine.generator.frames(
+            it = _native.testing.frames(
+                engine.generator,
                 ids,
                 args.speaker,
                 args.language,

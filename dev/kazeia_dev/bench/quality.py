@@ -166,6 +166,7 @@ def _speed(gen: Any, ids: np.ndarray, args: argparse.Namespace) -> dict[str, flo
 
 
 def bench_quality(args: argparse.Namespace) -> int:
+    from wyoming_kazeia._native import testing
     from wyoming_kazeia.native import Generator, SpeechDecoder
 
     types = [t.strip() for t in args.types.split(",") if t.strip()]
@@ -189,12 +190,13 @@ def bench_quality(args: argparse.Namespace) -> int:
         gen = Generator(str(path), threads=args.threads)
         start = time.monotonic()
         traces[t] = [
-            gen.trace(ids, args.speaker, args.language, False, args.frames) for ids in prompts
+            testing.trace(gen, ids, args.speaker, args.language, False, args.frames)
+            for ids in prompts
         ]
         if t != "f32":  # the same again, fed the f32 run's codes (teacher forcing)
             forced[t] = [
-                gen.trace(ids, args.speaker, args.language, False, args.frames,
-                          forced_codes=ref["codes"])
+                testing.trace(gen, ids, args.speaker, args.language, False, args.frames,
+                              forced_codes=ref["codes"])
                 for ids, ref in zip(prompts, traces["f32"], strict=True)
             ]  # fmt: skip
         logger.info("%s: %d prompts x %d frames in %.0f s", t, len(prompts), args.frames,

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kazeia/talker_arch.h"
+#include "kazeia/hparams.h"
 
 namespace kazeia {
 
@@ -45,34 +45,17 @@ struct GenerationOptions {
     VoiceOptions voice;
     std::string language = "auto";   // a language name of the model, or "auto"
     bool non_streaming = false;      // whole text in the prefill instead of one token per frame
-    bool greedy = false;             // argmax of the processed logits (parity tests)
+    bool greedy = false;             // argmax of the processed logits
     std::optional<uint64_t> seed;    // unset: drawn from std::random_device
     // Unset values come from the model's generation_config.json.
     std::optional<float> temperature, top_p, repetition_penalty;
     std::optional<int> top_k;
     int max_frames = 0;  // > 0
-    // Talker KV cache slots added at a time (the cache grows with the generation).
-    int kv_block = 256;
-    // Frames computed whole, in one graph, where both stacks share a GPU (src/frame_graph.h);
-    // false: its talker step and code 0 apart from its code predictor (benches, tests).
-    bool whole_frames = true;
-    // Teacher forcing (quality measurements): frame i is forced[i], whatever the sampler picks
-    // (logits are computed and traced as usual); generation ends after forced.size() frames.
-    std::vector<Frame> forced;
-};
-
-// Everything the reference outputs pin down, recorded when asked (tests).
-struct GenerationTrace {
-    int64_t hidden = 0;
-    std::vector<float> prefill_embeds;  // [L, hidden]
-    std::vector<float> step_embeds;     // [steps, hidden]
-    std::vector<float> talker_logits;   // [calls, vocab] raw codec_head logits
-    std::vector<float> talker_hidden;   // [calls, hidden] final-norm hidden at the last position
-    std::vector<float> cp_logits;       // [frames, groups - 1, cp vocab] raw
 };
 
 class GenerationSession;
-struct TalkerModel;  // the loaded talker GGUF (src/talker.h)
+struct TalkerModel;        // the loaded talker GGUF (src/talker.h)
+struct GenerationProbes;   // the tests' and benches' options (src/generation_probes.h)
 
 class Generator {
   public:
@@ -101,10 +84,13 @@ class Generator {
     // ones). The generator must outlive the session. Sessions of one generator may run
     // concurrently on different threads.
     std::unique_ptr<GenerationSession> start(const std::vector<int32_t> &input_ids,
-                                             const GenerationOptions &options,
-                                             GenerationTrace *trace = nullptr) const;
+                                             const GenerationOptions &options) const;
 
   private:
+    friend std::unique_ptr<GenerationSession> start_probed(const Generator &generator,
+                                                           const std::vector<int32_t> &input_ids,
+                                                           const GenerationOptions &options,
+                                                           const GenerationProbes &probes);
     std::unique_ptr<TalkerModel> model_;
 };
 
@@ -138,7 +124,10 @@ class GenerationSession {
     struct State;
 
   private:
-    friend class Generator;
+    friend std::unique_ptr<GenerationSession> start_probed(const Generator &generator,
+                                                           const std::vector<int32_t> &input_ids,
+                                                           const GenerationOptions &options,
+                                                           const GenerationProbes &probes);
     explicit GenerationSession(std::unique_ptr<State> state);
     std::unique_ptr<State> state_;
 };

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kazeia/speaker_encoder_arch.h"
+#include "kazeia/hparams.h"
 
 namespace kazeia {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kazeia/decoder_arch.h"
+#include "kazeia/hparams.h"
 
 namespace kazeia {
 

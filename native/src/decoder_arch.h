@@ -5,7 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "kazeia/arch.h"
+#include "arch.h"
+#include "kazeia/hparams.h"
 
 namespace kazeia {
 
@@ -13,31 +14,6 @@ namespace kazeia {
 // f32 or f16 weights, in panels of this many rows): only those are stored as f16 when the
 // model is quantized (Storage::F16_WHEN_QUANTIZED), so the activations stay f32 everywhere.
 inline constexpr int64_t DECODER_CONV_PANEL = 16;
-
-struct DecoderHParams {
-    uint32_t codebook_size = 0;            // entries per RVQ codebook (2048)
-    uint32_t codebook_dim = 0;             // RVQ output dim (512); codebook vectors are half of it
-    uint32_t num_quantizers = 0;           // codes per frame (16)
-    uint32_t num_semantic_quantizers = 0;  // first group (1)
-    uint32_t latent_dim = 0;               // pre_conv / transformer in-out / upsampler width (1024)
-    uint32_t hidden_size = 0;              // transformer width (512)
-    uint32_t num_layers = 0;               // transformer layers (8)
-    uint32_t num_heads = 0;
-    uint32_t num_kv_heads = 0;
-    uint32_t head_dim = 0;
-    uint32_t intermediate_size = 0;        // transformer SwiGLU width
-    uint32_t sliding_window = 0;           // attention window in frames, including the query (72)
-    uint32_t decoder_dim = 0;              // vocoder input channels (1536)
-    uint32_t sample_rate = 0;              // output rate (24000)
-    uint32_t hop_length = 0;               // samples per frame (1920)
-    float rope_theta = 0.0f;
-    float rms_norm_eps = 0.0f;
-    float layer_norm_eps = 0.0f;           // ConvNeXt LayerNorm (a constant of the official code)
-    std::vector<uint32_t> upsample_rates;    // vocoder blocks (8, 5, 4, 3)
-    std::vector<uint32_t> upsampling_ratios; // transposed-conv + ConvNeXt stages (2, 2)
-
-    uint32_t codebook_vec_dim() const { return codebook_dim / 2; }
-};
 
 // The decoder's metadata keys: sources in speech_tokenizer/config.json, or constants that the
 // official code hard-codes.

@@ -1,0 +1,42 @@
+// The tests' and benches' options of a generation, apart from the product's GenerationOptions:
+// a trace of everything the reference outputs pin down, teacher forcing, the cache's growth
+// step, and frames computed apart on a GPU. Only the test hooks (bindings/testing.cpp) use them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kazeia/generator.h"
+
+namespace kazeia {
+
+// Everything the reference outputs pin down, recorded when asked.
+struct GenerationTrace {
+    int64_t hidden = 0;
+    std::vector<float> prefill_embeds;  // [L, hidden]
+    std::vector<float> step_embeds;     // [steps, hidden]
+    std::vector<float> talker_logits;   // [calls, vocab] raw codec_head logits
+    std::vector<float> talker_hidden;   // [calls, hidden] final-norm hidden at the last position
+    std::vector<float> cp_logits;       // [frames, groups - 1, cp vocab] raw
+};
+
+struct GenerationProbes {
+    // Talker KV cache slots added at a time (the cache grows with the generation).
+    int kv_block = 256;
+    // Frames computed whole, in one graph, where both stacks share a GPU (src/frame_graph.h);
+    // false: its talker step and code 0 apart from its code predictor.
+    bool whole_frames = true;
+    // Teacher forcing (quality measurements): frame i is forced[i], whatever the sampler picks
+    // (logits are computed and traced as usual); generation ends after forced.size() frames.
+    std::vector<Frame> forced;
+    GenerationTrace *trace = nullptr;  // recorded when set
+};
+
+// Generator::start with probes.
+std::unique_ptr<GenerationSession> start_probed(const Generator &generator,
+                                                const std::vector<int32_t> &input_ids,
+                                                const GenerationOptions &options,
+                                                const GenerationProbes &probes);
+
+}  // namespace kazeia

@@ -1,0 +1,160 @@
+// Loading the speech decoder's weights: the checked hyper-parameters, one struct per layer, and
+// the convolutions' weights packed for conv_gemm on the CPU.
+#include "speech_decoder_model.h"
+
+#include <string>
+
+#include "decoder_arch.h"
+#include "devices_internal.h"
+#include "kazeia/devices.h"
+#include "kazeia/error.h"
+#include "ops.h"
+
+namespace kazeia {
+
+DecoderHParams read_checked_decoder_hparams(const GgufWeights &weights) {
+    DecoderHParams hp;
+    weights.read_meta(decoder_meta_keys(), hp);
+    const std::string &path = weights.path();
+    auto fail = [&](const std::string &what) {
+        throw ModelError(path + ": invalid decoder hyper-parameters: " + what);
+    };
+    if (hp.num_quantizers < 2 || hp.num_quantizers > 64) fail("num_quantizers");
+    if (hp.num_semantic_quantizers < 1 || hp.num_semantic_quantizers >= hp.num_quantizers)
+        fail("num_semantic_quantizers");
+    if (hp.codebook_size == 0 || hp.codebook_dim < 2 || hp.codebook_dim % 2) fail("codebook");
+    if (hp.num_heads == 0 || hp.num_kv_heads == 0 || hp.num_heads % hp.num_kv_heads)
+        fail("attention heads");
+    if (hp.sliding_window < 2) fail("sliding_window");
+    if (hp.upsample_rates.empty() || hp.upsampling_ratios.empty()) fail("upsampling");
+    uint64_t hop = 1;
+    for (uint32_t r : hp.upsample_rates) hop *= r;
+    for (uint32_t r : hp.upsampling_ratios) hop *= r;
+    if (hop != hp.hop_length) fail("hop_length is not the product of the upsampling rates");
+    if (hp.decoder_dim % (1u << hp.upsample_rates.size())) fail("decoder_dim");
+    weights.expect_tensors(decoder_tensor_specs(hp));
+    return hp;
+}
+
+SpeechDecoder::Model::Model(const std::string &path, int threads, const std::string &device_id)
+    : device(device_id),
+      weights(path, decoder_part(),
+              is_cpu(device) ? ggml_backend_cpu_buffer_type()
+                             : ggml_backend_dev_buffer_type(gpu_device(device))),
+      n_threads(threads) {
+    hp = read_checked_decoder_hparams(weights);
+    bind_tensors();
+    if (is_cpu(device)) pack_weights();  // on a GPU the convs are ggml's matrix products
+}
+
+// The convolutions and the ConvNeXt MLPs hold nearly all of the decoder's FLOPs: their
+// weights are packed once for conv_gemm. Weights it cannot take (quantized, odd widths)
+// stay with ggml.
+void SpeechDecoder::Model::pack_weights() {
+    auto pack = [](Conv &c) {
+        if (conv_gemm_supported(c.w)) {
+            pack_conv_weight(c.w);
+            c.packed = true;
+        }
+    };
+    pack(rvq_first_out);
+    pack(rvq_rest_out);
+    pack(pre_conv);
+    pack(in_proj);
+    pack(out_proj);
+    for (TfmLayer &l : layers)
+        for (Conv *c : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) pack(*c);
+    pack(conv_in);
+    pack(conv_out);
+    for (Upsample &u : upsample) {
+        pack(u.trans);
+        pack(u.pw1);
+        pack(u.pw2);
+    }
+    for (VocoderBlock &b : blocks) {
+        pack(b.up);
+        for (ResUnit &r : b.res) {
+            pack(r.conv1);
+            pack(r.conv2);
+        }
+    }
+}
+
+void SpeechDecoder::Model::bind_tensors() {
+    auto t = [&](const std::string &name) { return weights.tensor(name); };
+    auto conv = [&](const std::string &name, int64_t in) {
+        Conv c;
+        c.w = t(name + ".weight");
+        c.b = t(name + ".bias");
+        c.in = in;
+        c.k = c.w->ne[0] / in;
+        c.out = c.w->ne[1];
+        return c;
+    };
+    auto snake = [&](const std::string &name) {
+        return Snake{t(name + ".alpha"), t(name + ".inv_beta")};
+    };
+    for (uint32_t q = 0; q < hp.num_quantizers; ++q)
+        codebooks.push_back(t(dec_name::codebook((int)q)));
+    auto projection = [&](const char *name) {
+        ggml_tensor *w = t(name);
+        return Conv{w, nullptr, 1, w->ne[0], w->ne[1]};
+    };
+    rvq_first_out = projection(dec_name::RVQ_FIRST_OUT);
+    rvq_rest_out = projection(dec_name::RVQ_REST_OUT);
+    pre_conv = conv(dec_name::PRE_CONV, hp.codebook_dim);
+    in_proj = conv(dec_name::IN_PROJ, hp.latent_dim);
+    for (int il = 0; il < (int)hp.num_layers; ++il) {
+        auto l = [&](const char *part) { return t(dec_name::layer(il, part)); };
+        auto lin = [&](const char *part) {
+            ggml_tensor *w = l(part);
+            return Conv{w, nullptr, 1, w->ne[0], w->ne[1]};
+        };
+        layers.push_back(TfmLayer{l("attn_norm.weight"), l("attn_scale"), l("ffn_norm.weight"),
+                                  l("ffn_scale"), lin("attn_q.weight"), lin("attn_k.weight"),
+                                  lin("attn_v.weight"), lin("attn_o.weight"),
+                                  lin("ffn_gate.weight"), lin("ffn_up.weight"),
+                                  lin("ffn_down.weight")});
+    }
+    tfm_norm = t(dec_name::TFM_NORM);
+    out_proj = conv(dec_name::OUT_PROJ, hp.hidden_size);
+    for (int i = 0; i < (int)hp.upsampling_ratios.size(); ++i) {
+        auto u = [&](const char *part) { return t(dec_name::upsample(i, part)); };
+        Upsample up;
+        up.r = hp.upsampling_ratios[i];
+        up.trans = Conv{u("trans.weight"), u("trans.bias"), 1, hp.latent_dim, hp.latent_dim};
+        up.dw_w = u("dwconv.weight");
+        up.dw_b = u("dwconv.bias");
+        up.norm_w = u("norm.weight");
+        up.norm_b = u("norm.bias");
+        up.pw1 = conv(dec_name::upsample(i, "pwconv1"), hp.latent_dim);
+        up.pw2 = conv(dec_name::upsample(i, "pwconv2"), 4 * (int64_t)hp.latent_dim);
+        up.gamma = u("gamma");
+        upsample.push_back(up);
+    }
+    conv_in = conv(dec_name::vocoder("conv_in"), hp.latent_dim);
+    int64_t ch = hp.decoder_dim;
+    for (int b = 0; b < (int)hp.upsample_rates.size(); ++b) {
+        const std::string n = "blk." + std::to_string(b) + ".";
+        VocoderBlock blk;
+        blk.r = hp.upsample_rates[b];
+        blk.snake = snake(dec_name::vocoder(n + "snake"));
+        blk.up = Conv{t(dec_name::vocoder(n + "up.weight")), t(dec_name::vocoder(n + "up.bias")),
+                      2, ch, ch / 2};
+        for (int u = 0; u < 3; ++u) {
+            const std::string nu = n + "res." + std::to_string(u) + ".";
+            ResUnit &ru = blk.res[u];
+            ru.snake1 = snake(dec_name::vocoder(nu + "snake1"));
+            ru.conv1 = conv(dec_name::vocoder(nu + "conv1"), ch / 2);
+            ru.dilation = RES_DILATIONS[u];
+            ru.snake2 = snake(dec_name::vocoder(nu + "snake2"));
+            ru.conv2 = conv(dec_name::vocoder(nu + "conv2"), ch / 2);
+        }
+        blocks.push_back(blk);
+        ch /= 2;
+    }
+    snake_out = snake(dec_name::vocoder("snake_out"));
+    conv_out = conv(dec_name::vocoder("conv_out"), ch);
+}
+
+}  // namespace kazeia

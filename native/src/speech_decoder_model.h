@@ -1,0 +1,85 @@
+// The speech decoder's layers as its GGUF holds them (SpeechDecoder::Model): the loaded
+// weights, bound to one struct per layer kind, and packed for conv_gemm on the CPU. The graph of
+// a push (speech_decoder.cpp) reads them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gguf_weights.h"
+#include "kazeia/speech_decoder.h"
+
+#include "ggml.h"
+
+namespace kazeia {
+
+// Residual units of each vocoder block: kernel 7 with these dilations (official code constants).
+inline constexpr int RES_KERNEL = 7;
+inline constexpr int RES_DILATIONS[3] = {1, 3, 9};
+inline constexpr int DWCONV_KERNEL = 7;
+
+struct Conv {
+    ggml_tensor *w = nullptr;  // [k * in, out]
+    ggml_tensor *b = nullptr;  // [out] or null
+    int64_t k = 1, in = 0, out = 0;
+    bool packed = false;       // w rewritten for conv_gemm (see ops.h)
+};
+
+struct Snake {
+    ggml_tensor *alpha = nullptr, *inv_beta = nullptr;
+};
+
+struct TfmLayer {
+    ggml_tensor *attn_norm, *attn_scale, *ffn_norm, *ffn_scale;
+    Conv q, k, v, o, gate, up, down;  // linear layers (1-tap convs without bias)
+};
+
+struct Upsample {
+    Conv trans;  // one-tap transposed conv: w [in, r * out]
+    int64_t r = 1;
+    ggml_tensor *dw_w, *dw_b, *norm_w, *norm_b, *gamma;
+    Conv pw1, pw2;  // pointwise MLP (linear layers: 1-tap convs)
+};
+
+struct ResUnit {
+    Snake snake1;
+    Conv conv1;
+    int dilation = 1;
+    Snake snake2;
+    Conv conv2;
+};
+
+struct VocoderBlock {
+    Snake snake;
+    Conv up;  // two-tap transposed conv: w [2 * in, r * out]
+    int64_t r = 1;
+    ResUnit res[3];
+};
+
+// The hyper-parameters of a decoder file, checked, and its tensor table against them.
+DecoderHParams read_checked_decoder_hparams(const GgufWeights &weights);
+
+struct SpeechDecoder::Model {
+    std::string device;  // "cpu" or a GPU (devices.h): where the weights live and streams compute
+    GgufWeights weights;
+    DecoderHParams hp;
+    int n_threads;
+    bool polite = false;
+    Conv rvq_first_out, rvq_rest_out;  // 1-tap convs without bias
+    std::vector<ggml_tensor *> codebooks;
+    Conv pre_conv, in_proj, out_proj;
+    ggml_tensor *tfm_norm;
+    std::vector<TfmLayer> layers;
+    std::vector<Upsample> upsample;
+    Conv conv_in, conv_out;
+    std::vector<VocoderBlock> blocks;
+    Snake snake_out;
+
+    Model(const std::string &path, int threads, const std::string &device_id);
+
+  private:
+    void pack_weights();
+    void bind_tensors();
+};
+
+}  // namespace kazeia
