@@ -1,4 +1,6 @@
-// The speech decoder's causal convolutions and linear layers as one GEMM over packed weights.
+// The speech decoder's causal convolutions and linear layers as one GEMM over packed weights:
+// the tiling, the portable micro-kernel and the ggml op; the vector micro-kernels are in
+// ops/x86/ and ops/arm/.
 #include "ops.h"
 
 #include <algorithm>
@@ -6,20 +8,16 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/arch.h"
 #include "ops/isa.h"
+#include "ops/shared.h"
 
 namespace kazeia {
 
-
 namespace {
 
-constexpr int64_t NR = 6;    // output columns per micro-tile
 constexpr int64_t NC = 96;   // columns per cache block (B block ~ NC * KC floats in L2)
 constexpr int64_t KC_MAX = 256;
-// Weights are prefetched this many K steps ahead: streamed frames read each weight once, and
-// the hardware prefetchers alone fall short of the memory bandwidth there (full decodes, which
-// reuse each weight, neither gain nor lose).
-constexpr int64_t PREFETCH_K = 16;
 constexpr int64_t PANEL_OUTER_MAX_INPUT = 512 * 1024;  // bytes of a column block's input
 
 // Largest divisor of `in` that is <= KC_MAX: a K block then never straddles two taps, so
@@ -34,150 +32,40 @@ int64_t k_block(int64_t in) {
 inline float to_f32(float v) { return v; }
 inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
 
-#if KAZEIA_AVX2
-KAZEIA_AVX2_FN inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
-KAZEIA_AVX2_FN inline __m256 load8(const ggml_fp16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-}
-#endif
-#if KAZEIA_NEON
-inline float32x4_t load4(const float *p) { return vld1q_f32(p); }
-inline float32x4_t load4(const ggml_fp16_t *p) {
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t *>(p))));
-}
-#endif
-
-// acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= NR columns. Narrow tiles
-// (an input's last columns, and every tile of a streamed frame: 1-4 columns before the
-// vocoder) get their own instance instead of paying NR columns of arithmetic for one. COLS is a
-// constant, so the loops unroll and the accumulators stay in registers.
-#if KAZEIA_AVX2
+// acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns: the
+// loops a CPU without a vector path runs.
 template <typename T, int COLS>
-KAZEIA_AVX2_FN inline void micro_kernel_avx2(const T *a, const float *const b[NR], int64_t kc,
-                                             float acc[NR][CONV_PANEL]) {
-    __m256 c[COLS][2];
-    for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
-        _mm_prefetch(reinterpret_cast<const char *>(a + PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
-        const __m256 a0 = load8(a), a1 = load8(a + 8);
-        for (int j = 0; j < COLS; ++j) {
-            const __m256 v = _mm256_broadcast_ss(b[j] + k);
-            c[j][0] = _mm256_fmadd_ps(a0, v, c[j][0]);
-            c[j][1] = _mm256_fmadd_ps(a1, v, c[j][1]);
-        }
-    }
-    for (int j = 0; j < COLS; ++j) {
-        _mm256_storeu_ps(acc[j], c[j][0]);
-        _mm256_storeu_ps(acc[j] + 8, c[j][1]);
-    }
-}
-#endif
-
-#if KAZEIA_AVX2
-KAZEIA_AVX512_FN inline __m512 load16(const float *p) { return _mm512_loadu_ps(p); }
-KAZEIA_AVX512_FN inline __m512 load16(const ggml_fp16_t *p) {
-    // The zero-masked form of _mm512_cvtph_ps (same values), whose GCC 12 header reads an
-    // uninitialized register (-Wmaybe-uninitialized).
-    return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
-}
-
-// The AVX-512 kernel for two panels at once (a and a2), one 16-lane register per panel column:
-// every lane is the same chain of fused multiply-adds over k as in micro_kernel_avx2 (the same
-// bits), with half the instructions per multiply-add, which CPUs with 512-bit FMA units
-// (Zen 5, Intel server cores) run at up to twice the rate.
-template <typename T, int COLS>
-KAZEIA_AVX512_FN inline void pair_kernel_avx512(const T *a, const T *a2, const float *const b[NR],
-                                                int64_t kc, float acc[2][NR][CONV_PANEL]) {
-    static_assert(CONV_PANEL == 16, "one 16-lane register per panel column");
-    __m512 c[COLS][2];
-    for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL, a2 += CONV_PANEL) {
-        _mm_prefetch(reinterpret_cast<const char *>(a + PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char *>(a2 + PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
-        const __m512 w0 = load16(a), w1 = load16(a2);
-        for (int j = 0; j < COLS; ++j) {
-            const __m512 v = _mm512_set1_ps(b[j][k]);
-            c[j][0] = _mm512_fmadd_ps(w0, v, c[j][0]);
-            c[j][1] = _mm512_fmadd_ps(w1, v, c[j][1]);
-        }
-    }
-    for (int j = 0; j < COLS; ++j) {
-        _mm512_storeu_ps(acc[0][j], c[j][0]);
-        _mm512_storeu_ps(acc[1][j], c[j][1]);
-    }
-}
-#endif
-
-template <typename T, int COLS>
-inline void micro_kernel(const T *a, const float *const b[NR], int64_t kc,
-                         float acc[NR][CONV_PANEL]) {
-#if KAZEIA_NEON
-    static_assert(CONV_PANEL == 16, "four NEON vectors per panel column");
-    float32x4_t c[COLS][4];
-    for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = vdupq_n_f32(0.0f);
-    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
-        __builtin_prefetch(a + PREFETCH_K * CONV_PANEL);
-        const float32x4_t a0 = load4(a), a1 = load4(a + 4), a2 = load4(a + 8), a3 = load4(a + 12);
-        for (int j = 0; j < COLS; ++j) {
-            const float32x4_t v = vdupq_n_f32(b[j][k]);
-            c[j][0] = vfmaq_f32(c[j][0], a0, v);
-            c[j][1] = vfmaq_f32(c[j][1], a1, v);
-            c[j][2] = vfmaq_f32(c[j][2], a2, v);
-            c[j][3] = vfmaq_f32(c[j][3], a3, v);
-        }
-    }
-    for (int j = 0; j < COLS; ++j)
-        for (int q = 0; q < 4; ++q) vst1q_f32(acc[j] + 4 * q, c[j][q]);
-#else
+inline void micro_kernel(const T *a, const float *const b[CONV_NR], int64_t kc,
+                         float acc[CONV_NR][CONV_PANEL]) {
     for (int j = 0; j < COLS; ++j)
         for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] = 0.0f;
     for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL)
         for (int j = 0; j < COLS; ++j)
             for (int64_t r = 0; r < CONV_PANEL; ++r) acc[j][r] += to_f32(a[r]) * b[j][k];
-#endif
 }
 
-// One instance per tile width (COLS is a constant: the loops unroll), called with the arguments
-// that follow the kernel's name.
-#define KAZEIA_TILE_CASES(kernel, ...)                        \
-    static_assert(NR == 6, "one case per tile width");       \
-    switch (cols) {                                           \
-        case 1: return kernel<T, 1>(__VA_ARGS__);             \
-        case 2: return kernel<T, 2>(__VA_ARGS__);             \
-        case 3: return kernel<T, 3>(__VA_ARGS__);             \
-        case 4: return kernel<T, 4>(__VA_ARGS__);             \
-        case 5: return kernel<T, 5>(__VA_ARGS__);             \
-        default: return kernel<T, 6>(__VA_ARGS__);            \
-    }
-
-#if KAZEIA_AVX2
+// One panel for a tile of `cols` columns.
 template <typename T>
-KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const T *a, const float *const b[NR],
-                                     int64_t kc, float acc[NR][CONV_PANEL]) {
-    KAZEIA_TILE_CASES(micro_kernel_avx2, a, b, kc, acc)
-}
-#endif
-
-template <typename T>
-inline void tile_kernel(int64_t cols, const T *a, const float *const b[NR], int64_t kc,
-                        float acc[NR][CONV_PANEL]) {
+inline void tile_kernel(int64_t cols, const T *a, const float *const b[CONV_NR], int64_t kc,
+                        float acc[CONV_NR][CONV_PANEL]) {
 #if KAZEIA_AVX2
-    if (use_avx2()) return tile_kernel_avx2<T>(cols, a, b, kc, acc);
+    if (use_avx2()) return x86::tile_kernel_avx2(cols, a, b, kc, acc);
+#elif KAZEIA_NEON
+    return arm::tile_kernel_neon(cols, a, b, kc, acc);
 #endif
     KAZEIA_TILE_CASES(micro_kernel, a, b, kc, acc)
 }
 
-// Two panels (a, a2) for one column tile: the AVX-512 kernel where the CPU has it (the caller
-// asks only then: use_avx512), else one panel after the other.
+// Two panels (a, a2) for one column tile (conv_gemm_run asks for two where the CPU has
+// AVX-512): the AVX-512 kernel, else one panel after the other.
 template <typename T>
-inline void pair_kernel(int64_t cols, const T *a, const T *a2, const float *const b[NR],
-                        int64_t kc, float acc[2][NR][CONV_PANEL]) {
+inline void pair_kernel(int64_t cols, const T *a, const T *a2, const float *const b[CONV_NR],
+                        int64_t kc, float acc[2][CONV_NR][CONV_PANEL]) {
 #if KAZEIA_AVX2
-    KAZEIA_TILE_CASES(pair_kernel_avx512, a, a2, b, kc, acc)
-#else
+    if (use_avx512()) return x86::pair_kernel_avx512(cols, a, a2, b, kc, acc);
+#endif
     tile_kernel(cols, a, b, kc, acc[0]);
     tile_kernel(cols, a2, b, kc, acc[1]);
-#endif
 }
 
 template <typename T>
@@ -199,11 +87,7 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
     const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
     const int64_t m_split = std::max<int64_t>(1, std::min<int64_t>(n_panels, (want + n_blocks - 1) / n_blocks));
     // With AVX-512 the kernel takes two panels at a time (a task's odd last one goes alone).
-#if KAZEIA_AVX2
     const int64_t step = use_avx512() ? 2 : 1;
-#else
-    const int64_t step = 1;
-#endif
     const int64_t panels_per = (n_panels + m_split - 1) / m_split;
     // When a column block's whole input fits in L2 (a streamed frame: 1-32 columns), each task
     // walks its panels one at a time through all of K: one sequential stream of weights per
@@ -215,19 +99,19 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
         const int64_t nb = ib * NC, nb_end = std::min(len, nb + NC);
         const int64_t m_begin = ms * panels_per * CONV_PANEL;
         const int64_t m_end = std::min(out, m_begin + panels_per * CONV_PANEL);
-        float acc[2][NR][CONV_PANEL];
+        float acc[2][CONV_NR][CONV_PANEL];
         // One K block of `np` (1 or 2) output panels from m0 for every column tile of the block.
         auto panel_step = [&](int64_t m0, int64_t np, int64_t k0) {
             const int64_t tap = k0 / in, c0 = k0 % in;
             const bool first = k0 == 0;
             const T *a = wd + m0 * K + k0 * CONV_PANEL;
-            for (int64_t n = nb; n < nb_end; n += NR) {
-                const float *b[NR];
-                for (int64_t j = 0; j < NR; ++j) {
+            for (int64_t n = nb; n < nb_end; n += CONV_NR) {
+                const float *b[CONV_NR];
+                for (int64_t j = 0; j < CONV_NR; ++j) {
                     const int64_t col = std::min(n + j, nb_end - 1);
                     b[j] = xd + col * in + tap * tap_stride + c0;
                 }
-                const int64_t ncols = std::min(NR, nb_end - n);
+                const int64_t ncols = std::min(CONV_NR, nb_end - n);
                 if (np == 2) pair_kernel(ncols, a, a + CONV_PANEL * K, b, kc, acc);
                 else tile_kernel(ncols, a, b, kc, acc[0]);
                 for (int64_t q = 0; q < np; ++q) {

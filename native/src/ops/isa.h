@@ -1,26 +1,26 @@
-// The instruction-set plumbing of the custom kernels (src/ops/*.cpp).
+// The instruction-set plumbing of the custom kernels (src/ops/): which vector paths this build
+// has, the run-time choice among them, and how an op splits its work.
 #pragma once
 
 #include <cstdint>
 
 #include "worker_pool.h"
 
-// One vector path per instruction set. On x86-64 the AVX2/FMA/F16C paths are compiled for
-// those instructions function by function (KAZEIA_AVX2_FN) and run only where the CPU has them
-// (use_avx2, checked once): the rest of this file stays baseline x86-64, so a CPU without AVX2
-// never meets an instruction it lacks and runs the portable loops. On aarch64 the NEON paths
-// (every AArch64 CPU has NEON, with fp16 conversion) are chosen when compiling. The portable
-// loops also finish every vector loop's tail.
+// One vector path per instruction set, in ops/x86/ and ops/arm/ (declared in ops/arch.h). On
+// x86-64 the AVX2/FMA/F16C and AVX-512 paths are compiled for those instructions function by
+// function (KAZEIA_AVX2_FN, KAZEIA_AVX512_FN) and run only where the CPU has them (use_avx2,
+// use_avx512, checked once): everything else stays baseline x86-64, so a CPU without AVX2 never
+// meets an instruction it lacks and runs the portable loops. Never file by file (-mavx2): an
+// inline function of a header compiled there may be the copy the linker keeps for every caller.
+// On aarch64 the NEON paths (every AArch64 CPU has NEON, with fp16 conversion) are chosen when
+// compiling.
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 #include <cstdlib>
 #include <cstring>
 #define KAZEIA_AVX2 1
 #define KAZEIA_AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #define KAZEIA_AVX512_FN __attribute__((target("avx512f,avx2,fma,f16c")))
 #elif defined(__aarch64__) && defined(__ARM_NEON)
-#include <arm_neon.h>
 #define KAZEIA_NEON 1
 #endif
 
@@ -51,6 +51,10 @@ inline bool use_avx512() {
     }();
     return yes;
 }
+#else
+// No run-time choice elsewhere: the NEON paths on aarch64, the portable loops on the rest.
+constexpr bool use_avx2() { return false; }
+constexpr bool use_avx512() { return false; }
 #endif
 
 // Runs task(0..n_tasks) for a custom op: on `pool` when the op has one (called from a

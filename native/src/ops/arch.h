@@ -1,0 +1,59 @@
+// The kernels' vector paths, one source per family and instruction set, as ggml keeps its own:
+// ops/x86/ (AVX2/FMA/F16C and AVX-512, compiled on x86-64 only) and ops/arm/ (NEON, on aarch64
+// only). Each family's source in ops/ calls them from one dispatch point per entry and keeps
+// the portable loops. Every x86 entry carries its instruction sets in its declaration as in its
+// definition (with GCC, differing target attributes would declare two versions of a function).
+#pragma once
+
+#include <cstdint>
+
+#include "ggml.h"
+#include "ops/isa.h"
+#include "ops/shared.h"
+
+namespace kazeia {
+
+#if KAZEIA_AVX2
+namespace x86 {
+
+// SnakeBeta (x86/snake_beta.cpp): one column of `channels` values; sin_squared's values.
+KAZEIA_AVX2_FN void snake_column_avx2(const float *in, float *out, const float *alpha,
+                                      const float *inv_beta, int64_t channels);
+KAZEIA_AVX2_FN void sin_squared_avx2(const float *x, float *y, int64_t n);
+
+// The conv GEMM (x86/conv_gemm.cpp): acc[j][r] = sum_k A[k][r] * B_j[k] for one packed panel A
+// (f32 or f16) and `cols` <= CONV_NR columns B_j; the AVX-512 one for two panels (a, a2) at once,
+// each lane the same chain of multiply-adds as the AVX2 one (the same bits).
+KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const float *a, const float *const b[CONV_NR],
+                                     int64_t kc, float acc[CONV_NR][CONV_PANEL]);
+KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const ggml_fp16_t *a,
+                                     const float *const b[CONV_NR], int64_t kc,
+                                     float acc[CONV_NR][CONV_PANEL]);
+KAZEIA_AVX512_FN void pair_kernel_avx512(int64_t cols, const float *a, const float *a2,
+                                         const float *const b[CONV_NR], int64_t kc,
+                                         float acc[2][CONV_NR][CONV_PANEL]);
+KAZEIA_AVX512_FN void pair_kernel_avx512(int64_t cols, const ggml_fp16_t *a, const ggml_fp16_t *a2,
+                                         const float *const b[CONV_NR], int64_t kc,
+                                         float acc[2][CONV_NR][CONV_PANEL]);
+
+// The attention (x86/attention.cpp): attention_row compiled for AVX2/FMA.
+KAZEIA_AVX2_FN void attention_row_avx2(const AttentionRow &a, int64_t t);
+
+}  // namespace x86
+#elif KAZEIA_NEON
+namespace arm {
+
+// The same entries on NEON (arm/*.cpp).
+void snake_column_neon(const float *in, float *out, const float *alpha, const float *inv_beta,
+                       int64_t channels);
+void sin_squared_neon(const float *x, float *y, int64_t n);
+void tile_kernel_neon(int64_t cols, const float *a, const float *const b[CONV_NR], int64_t kc,
+                      float acc[CONV_NR][CONV_PANEL]);
+void tile_kernel_neon(int64_t cols, const ggml_fp16_t *a, const float *const b[CONV_NR],
+                      int64_t kc, float acc[CONV_NR][CONV_PANEL]);
+void attention_row_neon(const AttentionRow &a, int64_t t);
+
+}  // namespace arm
+#endif
+
+}  // namespace kazeia

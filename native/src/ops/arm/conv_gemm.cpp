@@ -1,0 +1,58 @@
+// The conv GEMM's NEON micro-kernel: one packed panel as four 4-lane vectors per column (f16
+// weights widened on load).
+#include "ops/arch.h"
+
+#if KAZEIA_NEON
+#include <arm_neon.h>
+
+namespace kazeia::arm {
+
+namespace {
+
+inline float32x4_t load4(const float *p) { return vld1q_f32(p); }
+inline float32x4_t load4(const ggml_fp16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t *>(p))));
+}
+
+// acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns, one
+// instance per tile width as on x86 (x86/conv_gemm.cpp).
+template <typename T, int COLS>
+inline void micro_kernel(const T *a, const float *const b[CONV_NR], int64_t kc,
+                         float acc[CONV_NR][CONV_PANEL]) {
+    static_assert(CONV_PANEL == 16, "four NEON vectors per panel column");
+    float32x4_t c[COLS][4];
+    for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = vdupq_n_f32(0.0f);
+    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
+        __builtin_prefetch(a + CONV_PREFETCH_K * CONV_PANEL);
+        const float32x4_t a0 = load4(a), a1 = load4(a + 4), a2 = load4(a + 8), a3 = load4(a + 12);
+        for (int j = 0; j < COLS; ++j) {
+            const float32x4_t v = vdupq_n_f32(b[j][k]);
+            c[j][0] = vfmaq_f32(c[j][0], a0, v);
+            c[j][1] = vfmaq_f32(c[j][1], a1, v);
+            c[j][2] = vfmaq_f32(c[j][2], a2, v);
+            c[j][3] = vfmaq_f32(c[j][3], a3, v);
+        }
+    }
+    for (int j = 0; j < COLS; ++j)
+        for (int q = 0; q < 4; ++q) vst1q_f32(acc[j] + 4 * q, c[j][q]);
+}
+
+template <typename T>
+inline void tile_kernel(int64_t cols, const T *a, const float *const b[CONV_NR], int64_t kc,
+                        float acc[CONV_NR][CONV_PANEL]) {
+    KAZEIA_TILE_CASES(micro_kernel, a, b, kc, acc)
+}
+
+}  // namespace
+
+void tile_kernel_neon(int64_t cols, const float *a, const float *const b[CONV_NR], int64_t kc,
+                      float acc[CONV_NR][CONV_PANEL]) {
+    tile_kernel(cols, a, b, kc, acc);
+}
+void tile_kernel_neon(int64_t cols, const ggml_fp16_t *a, const float *const b[CONV_NR],
+                      int64_t kc, float acc[CONV_NR][CONV_PANEL]) {
+    tile_kernel(cols, a, b, kc, acc);
+}
+
+}  // namespace kazeia::arm
+#endif

@@ -1,0 +1,122 @@
+// What a kernel family's portable loops (ops/*.cpp) and its vector paths (ops/x86/, ops/arm/)
+// both use, written once: SnakeBeta's scalar sin^2, the conv GEMM's tile shape, the attention's
+// row. Each is inlined where it is used, so a vector path compiles it for its own instructions.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "ops.h"
+
+namespace kazeia {
+
+// sin^2 through a Cody-Waite reduction by pi/2 and Cephes' single-precision polynomials on
+// [-pi/4, pi/4]; libm's sinf, which ggml_sin calls per element, costs far more, and the
+// vocoder evaluates tens of millions per second of audio. Accurate to a few ulp for |x| < 1e5
+// (sign is irrelevant once squared). The vector paths compute the same on 8 (x86) or 4 (NEON)
+// lanes and finish their tails with this one.
+__attribute__((always_inline)) inline float sin2(float x) {
+    const float k = static_cast<float>(static_cast<int32_t>(x * 0.636619772367581f +
+                                                            (x >= 0.0f ? 0.5f : -0.5f)));
+    const float r = ((x - k * 1.5703125f) - k * 4.837512969970703125e-4f) -
+                    k * 7.54978995489188216e-8f;
+    const float z = r * r;
+    const float s = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
+    const float c =
+        ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z -
+        0.5f * z + 1.0f;
+    const bool odd = (static_cast<int32_t>(k) & 1) != 0;
+    const float v = odd ? c : s;
+    return v * v;
+}
+
+// The conv GEMM's micro-tile: CONV_PANEL output rows (one packed weight panel) times up to
+// CONV_NR output columns.
+inline constexpr int64_t CONV_NR = 6;
+// Weights are prefetched this many K steps ahead: streamed frames read each weight once, and
+// the hardware prefetchers alone fall short of the memory bandwidth there (full decodes, which
+// reuse each weight, neither gain nor lose).
+inline constexpr int64_t CONV_PREFETCH_K = 16;
+
+// One instance per tile width (COLS is a constant: the loops unroll), called with the arguments
+// that follow the kernel's name; `cols` and the weight type `T` are the caller's.
+#define KAZEIA_TILE_CASES(kernel, ...)                         \
+    static_assert(CONV_NR == 6, "one case per tile width");    \
+    switch (cols) {                                            \
+        case 1: return kernel<T, 1>(__VA_ARGS__);              \
+        case 2: return kernel<T, 2>(__VA_ARGS__);              \
+        case 3: return kernel<T, 3>(__VA_ARGS__);              \
+        case 4: return kernel<T, 4>(__VA_ARGS__);              \
+        case 5: return kernel<T, 5>(__VA_ARGS__);              \
+        default: return kernel<T, 6>(__VA_ARGS__);             \
+    }
+
+// What one (query, head) task of the attention op reads and writes.
+struct AttentionRow {
+    const float *qd, *kd, *vd, *md;
+    float *od;
+    int64_t hd, nh, n_kv, kv_dim, group;
+    float scale;
+};
+
+// A head's key or value rows lie one cache row apart (all heads of a position are together),
+// e.g. 4 KB for the talker: every row starts a new page, where the hardware prefetchers stop,
+// so the rows a few positions ahead are asked for here (else a long synthesis's talker waits
+// on its cache far longer than its bytes take to read).
+inline constexpr int64_t ATTENTION_PREFETCH = 16;  // positions ahead
+// Asks for the `n` floats of `rows`' row c + ATTENTION_PREFETCH (rows `stride` apart), if any.
+inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t stride, int64_t n) {
+    if (c + ATTENTION_PREFETCH >= n_rows) return;
+    const float *row = rows + (c + ATTENTION_PREFETCH) * stride;
+    for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(row + d);  // 64-byte lines
+}
+
+// One (query, key/value head): scores (each a `dot` of the query and key rows), softmax, then
+// the weighted sum of the value rows, for the `group` query heads that share that key/value
+// head together, so that each key and value row is read once for all of them (a long
+// synthesis's talker attention is bound by reading its cache). Each head's sums run in the same
+// order as one head alone would. Always inlined, so that a vector path's caller compiles it for
+// its instructions (the weighted sums' multiply-adds included).
+template <float (*dot)(const float *, const float *, int64_t)>
+__attribute__((always_inline)) inline void attention_row(const AttentionRow &a, int64_t t) {
+    const int64_t n_groups = a.nh / a.group, i = t / n_groups, g = t % n_groups;
+    const float *row_mask = a.md + i * a.n_kv;
+    thread_local std::vector<float> scores, max_score, total;  // scores: [group][n_kv]
+    scores.resize(a.group * a.n_kv);
+    max_score.assign(a.group, -INFINITY);
+    total.assign(a.group, 0.0f);
+    const float *q0 = a.qd + (i * a.nh + g * a.group) * a.hd;
+    for (int64_t c = 0; c < a.n_kv; ++c) {
+        const float *kv = a.kd + c * a.kv_dim + g * a.hd;
+        prefetch_ahead(a.kd + g * a.hd, c, a.n_kv, a.kv_dim, a.hd);
+        for (int64_t h = 0; h < a.group; ++h) {
+            const float s = row_mask[c] == -INFINITY
+                                ? -INFINITY
+                                : dot(q0 + h * a.hd, kv, a.hd) * a.scale + row_mask[c];
+            scores[h * a.n_kv + c] = s;
+            max_score[h] = std::max(max_score[h], s);
+        }
+    }
+    float *o0 = a.od + (i * a.nh + g * a.group) * a.hd;
+    std::fill(o0, o0 + a.group * a.hd, 0.0f);
+    for (int64_t c = 0; c < a.n_kv; ++c) {
+        const float *vv = a.vd + c * a.kv_dim + g * a.hd;
+        prefetch_ahead(a.vd + g * a.hd, c, a.n_kv, a.kv_dim, a.hd);
+        for (int64_t h = 0; h < a.group; ++h) {
+            const float s = scores[h * a.n_kv + c];
+            if (s == -INFINITY) continue;
+            const float w = std::exp(s - max_score[h]);
+            total[h] += w;
+            float *o = o0 + h * a.hd;
+            for (int64_t d = 0; d < a.hd; ++d) o[d] += w * vv[d];
+        }
+    }
+    for (int64_t h = 0; h < a.group; ++h) {
+        const float inv = 1.0f / total[h];
+        for (int64_t d = 0; d < a.hd; ++d) o0[h * a.hd + d] *= inv;
+    }
+}
+
+}  // namespace kazeia

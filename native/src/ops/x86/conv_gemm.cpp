@@ -1,0 +1,112 @@
+// The conv GEMM's x86-64 micro-kernels: one packed panel on AVX2/FMA (f16 weights widened by
+// F16C), two panels at once on AVX-512F with every lane's multiply-adds in the AVX2 order.
+#include "ops/arch.h"
+
+#if KAZEIA_AVX2
+#include <immintrin.h>
+
+namespace kazeia::x86 {
+
+namespace {
+
+KAZEIA_AVX2_FN inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+KAZEIA_AVX2_FN inline __m256 load8(const ggml_fp16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+
+// acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns. Narrow
+// tiles (an input's last columns, and every tile of a streamed frame: 1-4 columns before the
+// vocoder) get their own instance instead of paying CONV_NR columns of arithmetic for one. COLS
+// is a constant, so the loops unroll and the accumulators stay in registers.
+template <typename T, int COLS>
+KAZEIA_AVX2_FN inline void micro_kernel(const T *a, const float *const b[CONV_NR], int64_t kc,
+                                        float acc[CONV_NR][CONV_PANEL]) {
+    __m256 c[COLS][2];
+    for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
+        _mm_prefetch(reinterpret_cast<const char *>(a + CONV_PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
+        const __m256 a0 = load8(a), a1 = load8(a + 8);
+        for (int j = 0; j < COLS; ++j) {
+            const __m256 v = _mm256_broadcast_ss(b[j] + k);
+            c[j][0] = _mm256_fmadd_ps(a0, v, c[j][0]);
+            c[j][1] = _mm256_fmadd_ps(a1, v, c[j][1]);
+        }
+    }
+    for (int j = 0; j < COLS; ++j) {
+        _mm256_storeu_ps(acc[j], c[j][0]);
+        _mm256_storeu_ps(acc[j] + 8, c[j][1]);
+    }
+}
+
+template <typename T>
+KAZEIA_AVX2_FN inline void tile_kernel(int64_t cols, const T *a, const float *const b[CONV_NR],
+                                       int64_t kc, float acc[CONV_NR][CONV_PANEL]) {
+    KAZEIA_TILE_CASES(micro_kernel, a, b, kc, acc)
+}
+
+KAZEIA_AVX512_FN inline __m512 load16(const float *p) { return _mm512_loadu_ps(p); }
+KAZEIA_AVX512_FN inline __m512 load16(const ggml_fp16_t *p) {
+    // The zero-masked form of _mm512_cvtph_ps (same values), whose GCC 12 header reads an
+    // uninitialized register (-Wmaybe-uninitialized).
+    return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+
+// The AVX-512 kernel for two panels at once (a and a2), one 16-lane register per panel column:
+// every lane is the same chain of fused multiply-adds over k as in micro_kernel (the same
+// bits), with half the instructions per multiply-add, which CPUs with 512-bit FMA units run at
+// up to twice the rate.
+template <typename T, int COLS>
+KAZEIA_AVX512_FN inline void pair_micro_kernel(const T *a, const T *a2,
+                                               const float *const b[CONV_NR], int64_t kc,
+                                               float acc[2][CONV_NR][CONV_PANEL]) {
+    static_assert(CONV_PANEL == 16, "one 16-lane register per panel column");
+    __m512 c[COLS][2];
+    for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL, a2 += CONV_PANEL) {
+        _mm_prefetch(reinterpret_cast<const char *>(a + CONV_PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char *>(a2 + CONV_PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
+        const __m512 w0 = load16(a), w1 = load16(a2);
+        for (int j = 0; j < COLS; ++j) {
+            const __m512 v = _mm512_set1_ps(b[j][k]);
+            c[j][0] = _mm512_fmadd_ps(w0, v, c[j][0]);
+            c[j][1] = _mm512_fmadd_ps(w1, v, c[j][1]);
+        }
+    }
+    for (int j = 0; j < COLS; ++j) {
+        _mm512_storeu_ps(acc[0][j], c[j][0]);
+        _mm512_storeu_ps(acc[1][j], c[j][1]);
+    }
+}
+
+template <typename T>
+KAZEIA_AVX512_FN inline void pair_kernel(int64_t cols, const T *a, const T *a2,
+                                         const float *const b[CONV_NR], int64_t kc,
+                                         float acc[2][CONV_NR][CONV_PANEL]) {
+    KAZEIA_TILE_CASES(pair_micro_kernel, a, a2, b, kc, acc)
+}
+
+}  // namespace
+
+KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const float *a, const float *const b[CONV_NR],
+                                     int64_t kc, float acc[CONV_NR][CONV_PANEL]) {
+    tile_kernel(cols, a, b, kc, acc);
+}
+KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const ggml_fp16_t *a,
+                                     const float *const b[CONV_NR], int64_t kc,
+                                     float acc[CONV_NR][CONV_PANEL]) {
+    tile_kernel(cols, a, b, kc, acc);
+}
+
+KAZEIA_AVX512_FN void pair_kernel_avx512(int64_t cols, const float *a, const float *a2,
+                                         const float *const b[CONV_NR], int64_t kc,
+                                         float acc[2][CONV_NR][CONV_PANEL]) {
+    pair_kernel(cols, a, a2, b, kc, acc);
+}
+KAZEIA_AVX512_FN void pair_kernel_avx512(int64_t cols, const ggml_fp16_t *a, const ggml_fp16_t *a2,
+                                         const float *const b[CONV_NR], int64_t kc,
+                                         float acc[2][CONV_NR][CONV_PANEL]) {
+    pair_kernel(cols, a, a2, b, kc, acc);
+}
+
+}  // namespace kazeia::x86
+#endif
