@@ -129,7 +129,7 @@ def test_every_option_maps_to_the_server_flag_its_parser_takes(name: str) -> Non
     options = dict(config["options"])
     example = {"model": "/share/model", "quant": "q4_k", "voice": "ryan-fr", "threads": 5,
                "voice_model": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "debug": True,
-               "speakable_text": False}  # fmt: skip
+               "speakable_text": False, "prebuffer": False}  # fmt: skip
     options[name] = example[name]
     flags = addon_run().server_flags(options, None, "/tmp/unused")
     args = build_parser().parse_args(flags)

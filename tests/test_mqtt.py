@@ -45,6 +45,7 @@ ENTITIES = {
     ("number", "stream_chunk"),
     ("number", "temperature"),
     ("switch", "speakable_text"),
+    ("switch", "prebuffer"),
     ("sensor", "ttfa"),
     ("sensor", "rtf"),
     ("sensor", "audio_seconds"),
@@ -344,12 +345,14 @@ def test_commands_apply_to_the_next_synthesis(service: TtsService, broker: Broke
                 ("backend", "cpu", "cpu"),
                 ("default_voice", "serena-en", "serena-en"),
                 ("speakable_text", "OFF", "OFF"),
+                ("prebuffer", "OFF", "OFF"),
             ]:
                 await ha.client.publish(f"{NODE}/{key}/set", payload)
                 await until(lambda k=key, e=expected: state(ha, k) == e)  # type: ignore[misc]
             assert service.settings.stream_chunk == 8
             assert service.settings.temperature == 0.5 and service.settings.threads == 1
             assert service.default_voice == "serena-en" and not service.settings.speakable_text
+            assert not service.settings.prebuffer
 
             # Nothing restarted: the next synthesis runs with the new settings.
             chunks = await synthesize(service)
@@ -387,6 +390,7 @@ def test_bad_commands_are_rejected_and_the_state_republished(
                 ("backend", "gpu"),
                 ("backend", "cuda:7"),
                 ("speakable_text", "on"),
+                ("prebuffer", "yes"),
                 ("default_voice", "nobody"),
                 ("default_voice", ""),
                 ("default_voice", "x" * (1 << 20)),  # a megabyte: a few lines of log at most

@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -41,17 +40,13 @@ from .errors import (
     VoiceError,
     quoted,
 )
+from .events import MAX_DATA_BYTES, parse_event, read_event
+from .pacing import Prebuffer
 from .sentences import StreamSentences, sentences_in_turns, ssml_sentences
 from .service import Answer, AudioStream, TtsService
 from .speakable import Pause
 
 _LOGGER = logging.getLogger(__name__)
-
-# Limits of one incoming event. A TTS request carries text only; these bound what a broken or
-# hostile client can make the server buffer. The header limit is the stream reader's.
-MAX_HEADER_BYTES = 64 * 1024
-MAX_DATA_BYTES = 1024 * 1024
-MAX_PAYLOAD_BYTES = 1024 * 1024
 
 WIDTH, CHANNELS = 2, 1
 # How long the connection bound waits for the idlest connection it closed to leave.
@@ -63,53 +58,6 @@ PROBE_S = 0.05
 # An `error` event's text at most (it quotes at most QUOTE_CHARS of the request; the rest is
 # ours, e.g. the list of valid voices).
 MAX_ERROR_CHARS = 4096
-
-
-async def read_event(reader: asyncio.StreamReader) -> Event | None:
-    """The next event, None at the end of the stream; ProtocolError for malformed input."""
-    try:
-        line = await reader.readline()
-    except ValueError:  # asyncio's LimitOverrunError, as readline raises it
-        raise ProtocolError(f"event header longer than {MAX_HEADER_BYTES} bytes") from None
-    except ConnectionError:
-        return None
-    if not line.endswith(b"\n"):  # end of stream, possibly inside a header
-        return None
-    try:
-        header = json.loads(line)
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than JSON allows
-        raise ProtocolError("malformed event header: not JSON") from None
-    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise ProtocolError("malformed event header: not a JSON object with a 'type'")
-    data = header.get("data") or {}
-    if not isinstance(data, dict):
-        raise ProtocolError("malformed event: 'data' is not an object")
-    _check_unicode(header)
-    data_length = _length(header, "data_length", MAX_DATA_BYTES)
-    payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
-    try:
-        if data_length:
-            try:
-                extra = json.loads(await reader.readexactly(data_length))
-            except (ValueError, RecursionError):
-                raise ProtocolError("malformed event data: not JSON") from None
-            if not isinstance(extra, dict):
-                raise ProtocolError("malformed event data: not a JSON object")
-            _check_unicode(extra)
-            data.update(extra)
-        payload = await reader.readexactly(payload_length) if payload_length else None
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
-    return Event(type=header["type"], data=data, payload=payload)
-
-
-def _length(header: dict[str, Any], key: str, limit: int) -> int:
-    value = header.get(key) or 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ProtocolError(f"malformed event header: bad {key} {quoted(value)}")
-    if value > limit:
-        raise ProtocolError(f"event {key} {quoted(value)} exceeds the limit of {limit} bytes")
-    return value
 
 
 @dataclass
@@ -127,6 +75,17 @@ class _StreamEnd:
     """The end of a stream in the speaking queue: synthesize-stopped, its place released."""
 
     answer: Answer | None
+
+
+@dataclass
+class _Hold:
+    """An answer's first audio held back (pacing.Prebuffer), with the events that came after
+    it in order: a one-shot text's, or a whole stream's across its sentences."""
+
+    answer: Answer | None
+    prebuffer: Prebuffer
+    events: list[Event] = field(default_factory=list)
+    opened: bool = False  # its first audio-start went out (at once: a gone client is found)
 
 
 # The `error` code of each refusal; any other failure is "synthesis-failed".
@@ -247,6 +206,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         self._stream_ok = False
         self._stream_answer: Answer | None = None
         self._audio_open = False  # between an audio-start and its audio-stop
+        self._hold: _Hold | None = None  # the current answer's held first audio
+        self._stream_chars: dict[Answer | None, int] = {}  # a stream's text so far, by answer
         self.peer = str(writer.get_extra_info("peername") or "local")
         self._connections = connections
         # A connection that sends nothing (not even the rest of an event) while nothing is
@@ -370,7 +331,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         elif Ping.is_type(event.type):
             await self.write_event(Pong(text=Ping.from_event(event).text).event())
         elif SynthesizeStart.is_type(event.type):
-            start = _parse(SynthesizeStart, event)
+            start = parse_event(SynthesizeStart, event)
             if self._stream is not None:  # the open stream ends first, its text spoken
                 _LOGGER.warning(
                     "synthesize-start from %s inside an open stream: the open one ends first",
@@ -384,7 +345,7 @@ class KazeiaEventHandler(AsyncEventHandler):
             self._stream_answer = await self._admit_stream(start.voice)
             self._stream_ok = self._stream_answer is not None
         elif SynthesizeChunk.is_type(event.type):
-            chunk = _parse(SynthesizeChunk, event)
+            chunk = parse_event(SynthesizeChunk, event)
             if self._stream is None:
                 raise ProtocolError("synthesize-chunk outside a synthesize-start/stop stream")
             if self._stream_ssml is not None:  # a document: spoken once it is whole
@@ -395,7 +356,7 @@ class KazeiaEventHandler(AsyncEventHandler):
             for sentence in await sentences_in_turns(self._stream, chunk.text):
                 self._speak(sentence, self._stream_voice)
         elif Synthesize.is_type(event.type):
-            request = _parse(Synthesize, event)
+            request = parse_event(Synthesize, event)
             # Inside a stream it repeats the streamed text: ignored. Its voice is checked where
             # it is spoken (an unknown one: an `error`, in turn with earlier requests).
             if self._stream is None:
@@ -446,7 +407,11 @@ class KazeiaEventHandler(AsyncEventHandler):
     def _speak(self, text: str, voice: SynthesizeVoice | None) -> None:
         """Queues a sentence of a stream; empty sentences and a refused stream say nothing."""
         if self._stream_ok and text.strip():
-            self._queue(_Utterance(text, voice, self._stream_answer))
+            answer = self._stream_answer
+            self._stream_chars[answer] = self._stream_chars.get(answer, 0) + len(text)
+            if self._hold is not None and self._hold.answer is answer:
+                self._hold.prebuffer.chars = self._stream_chars[answer]
+            self._queue(_Utterance(text, voice, answer))
 
     def _queue(self, item: Any) -> None:
         self._to_speak.put_nowait(item)
@@ -462,6 +427,9 @@ class KazeiaEventHandler(AsyncEventHandler):
             if isinstance(item, _StreamEnd):
                 if item.answer is not None:
                     item.answer.close()
+                self._stream_chars.pop(item.answer, None)
+                if self._hold is not None and self._hold.answer is item.answer:
+                    await self._release(self._hold)  # the stream's audio is complete
                 await self.write_event(SynthesizeStopped().event())
                 continue
             try:
@@ -499,23 +467,46 @@ class KazeiaEventHandler(AsyncEventHandler):
                 stream = StreamSentences(speakable)
                 sentences = list(await sentences_in_turns(stream, utterance.text, end=True))
             audio = self.service.queue(sentences, chosen, utterance.answer)
-            await self.write_event(AudioStart(self.service.sample_rate, WIDTH, CHANNELS).event())
+            hold = self._hold_for(utterance, sentences)
+            start = AudioStart(self.service.sample_rate, WIDTH, CHANNELS).event()
+            if hold is not None and not hold.opened:
+                hold.opened = True
+                await self.write_event(start)
+            else:
+                await self._send(start, hold)
             started = self._audio_open = True
             async for pcm in audio:
                 pending += pcm
                 # Whole events of samples_per_chunk; the rest waits for more audio.
                 cut = len(pending) - len(pending) % self.bytes_per_chunk
                 for at in range(0, cut, self.bytes_per_chunk):
-                    await self._audio_chunk(pending[at : at + self.bytes_per_chunk])
+                    await self._send(
+                        self._audio_event(pending[at : at + self.bytes_per_chunk]), hold
+                    )
                 pending = pending[cut:]
+                if hold is not None and not hold.prebuffer.released:
+                    now = time.monotonic()
+                    rate = self.service.sample_rate * WIDTH * CHANNELS  # bytes per second
+                    hold.prebuffer.add(len(pcm) / rate, now)
+                    if hold.prebuffer.ready(now):
+                        await self._release(hold)
             if pending:
-                await self._audio_chunk(pending)
+                await self._send(self._audio_event(pending), hold)
             self._audio_open = False
-            await self.write_event(AudioStop().event())
+            await self._send(AudioStop().event(), hold)
+            # The text's audio is complete. A stream's hold spans its sentences while the next
+            # one is queued; with none yet (the text comes slower than speech), the audio at
+            # hand goes out rather than wait for text.
+            if hold is not None and (
+                utterance.one_shot or utterance.ssml or self._to_speak.empty()
+            ):
+                await self._release(hold)
         except (ConnectionError, asyncio.CancelledError):
             raise
         except Exception as err:  # noqa: BLE001 - one request failed
             self._audio_open = False
+            if self._hold is not None:  # what went before the failure, then the error
+                await self._release(self._hold)
             if not isinstance(err, KazeiaError):  # a failure nobody foresaw: its traceback
                 _LOGGER.exception("synthesis failed")
             what = (
@@ -555,8 +546,53 @@ class KazeiaEventHandler(AsyncEventHandler):
         _LOGGER.warning("%s request from %s%s refused (%s): %s", mode, self.peer, asked, code, err)
         await self._error(str(err), code)
 
+    def _hold_for(self, utterance: _Utterance, sentences: list[str | Pause]) -> _Hold | None:
+        """The hold of the answer this text belongs to (the prebuffer setting, as it is now):
+        a new one for a one-shot text or an SSML document, the stream's own for a sentence of
+        a stream (made at its first sentence); None once the stream's audio flows."""
+        hold = self._hold
+        if not (utterance.one_shot or utterance.ssml):
+            if hold is not None and hold.answer is utterance.answer:
+                return None if hold.prebuffer.released else hold
+            chars = self._stream_chars.get(utterance.answer, 0)
+            pauses = 0.0
+        else:
+            chars = sum(len(s) for s in sentences if isinstance(s, str))
+            pauses = sum(s.seconds for s in sentences if isinstance(s, Pause))
+        if not self.service.settings.prebuffer:
+            return None
+        self._hold = _Hold(utterance.answer, Prebuffer(self.service.rates, chars, pauses))
+        return self._hold
+
+    async def _send(self, event: Event, hold: _Hold | None) -> None:
+        """Writes an event, or keeps it behind its answer's held first audio."""
+        if hold is None or hold.prebuffer.released:
+            await self.write_event(event)
+        else:
+            hold.events.append(event)
+
+    async def _release(self, hold: _Hold) -> None:
+        """The held audio goes out, and from now on the answer's audio as it comes."""
+        if not hold.prebuffer.released:
+            hold.prebuffer.release(time.monotonic())
+            if hold.prebuffer.held_s >= 0.1:
+                _LOGGER.info(
+                    "first audio for %s held %.1f s: produced at %.2fx real time, "
+                    "%.1f s of audio at hand",
+                    self.peer,
+                    hold.prebuffer.held_s,
+                    hold.prebuffer.rate(time.monotonic()) or 0.0,
+                    hold.prebuffer.produced_s,
+                )
+        events, hold.events = hold.events, []
+        for event in events:
+            await self.write_event(event)
+
+    def _audio_event(self, data: bytes) -> Event:
+        return AudioChunk(self.service.sample_rate, WIDTH, CHANNELS, data).event()
+
     async def _audio_chunk(self, data: bytes) -> None:
-        await self.write_event(AudioChunk(self.service.sample_rate, WIDTH, CHANNELS, data).event())
+        await self.write_event(self._audio_event(data))
 
     async def _error(self, text: str, code: str) -> None:
         if len(text) > MAX_ERROR_CHARS:
@@ -580,50 +616,3 @@ def _voice_parts(voice: SynthesizeVoice | None) -> tuple[str | None, str | None,
     if voice is None:
         return None, None, None
     return voice.name, voice.speaker, voice.language
-
-
-def _check_fields(event: Event) -> None:
-    """ProtocolError unless a request's fields have their JSON types: wyoming's parsers take
-    whatever they are given, and a number or a list where a string belongs would fail later,
-    in the engine, or be taken silently."""
-    data = event.data
-    if event.type in ("synthesize", "synthesize-chunk") and not isinstance(data.get("text"), str):
-        raise ProtocolError(f"malformed {event.type} event: 'text' must be a string")
-    voice = data.get("voice")
-    if voice is None:
-        return
-    if not isinstance(voice, dict):
-        raise ProtocolError(f"malformed {event.type} event: 'voice' must be an object")
-    for key in ("name", "speaker", "language"):
-        if voice.get(key) is not None and not isinstance(voice[key], str):
-            raise ProtocolError(f"malformed {event.type} event: voice '{key}' must be a string")
-
-
-def _check_unicode(value: Any) -> None:
-    """ProtocolError for a JSON value holding text that is not valid Unicode: JSON's \\uD800
-    escapes decode to lone surrogates, which no encoder or tokenizer takes (nor wyoming's
-    writer, for an echo)."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as err:
-                raise ProtocolError(
-                    f"malformed event: text that is not valid Unicode (a lone surrogate in "
-                    f"{quoted(item[max(0, err.start - 20) : err.start + 20])})"
-                ) from None
-
-
-def _parse(kind: Any, event: Event) -> Any:
-    _check_fields(event)
-    try:
-        return kind.from_event(event)
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ProtocolError(f"malformed {event.type} event: {quoted(err)}") from None

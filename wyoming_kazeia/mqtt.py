@@ -178,9 +178,9 @@ class MqttBridge:
 
     Entities: select default_voice, threads and backend (the compute device of the talker and
     code predictor, unless their own settings say); number stream_chunk and temperature (an unset
-    temperature shows the model's own value); switch speakable_text; sensors ttfa, rtf,
-    audio_seconds (of the last synthesis; "None", i.e. unknown, before the first), served,
-    queue_depth and engine_state.
+    temperature shows the model's own value); switches speakable_text and prebuffer; sensors
+    ttfa, rtf, audio_seconds (of the last synthesis; "None", i.e. unknown, before the first),
+    served, queue_depth and engine_state.
 
     A command is validated by the service; a bad one is logged and the current state is published
     again (so Home Assistant shows what is really in use). A good one applies from the next
@@ -300,6 +300,14 @@ class MqttBridge:
                 lambda: "ON" if service.settings.speakable_text else "OFF",
                 lambda text: self._set(speakable_text=_switch(text)),
                 {"entity_category": "config", "icon": "mdi:format-clear"},
+            ),
+            _Entity(
+                "switch",
+                "prebuffer",
+                "Prebuffer slow answers",
+                lambda: "ON" if service.settings.prebuffer else "OFF",
+                lambda text: self._set(prebuffer=_switch(text)),
+                {"entity_category": "config", "icon": "mdi:timer-sand"},
             ),
             _Entity(
                 "number",

@@ -25,6 +25,7 @@ from .errors import (
     VoiceError,
 )
 from .model_voices import LibraryLook, ModelVoices, VoiceModel
+from .pacing import SpeechRates
 from .settings import EngineSettings
 from .speakable import Pause
 from .synthesis import Synthesis, SynthesisMetrics
@@ -203,6 +204,9 @@ class TtsService:
         self.max_queue = max_queue
         self.max_unsent_bytes = max_unsent_bytes
         self.status = ServiceStatus()
+        # Seconds of audio per character and production rate, of the finished syntheses: what
+        # the protocols' prebuffer holds an answer's first audio by (pacing.Prebuffer).
+        self.rates = SpeechRates()
         self.loading = "starting"  # what a service without its engine is doing
         self.model_name = model_name  # e.g. "Qwen3-TTS 0.6B CustomVoice, q8_0"
         self.revision = 0  # bumped whenever what `describe` answers changes
@@ -558,7 +562,9 @@ class TtsService:
         cancelled = job.cancelled.is_set()
         _LOGGER.debug("synthesis for %s %s", peer, "cancelled" if cancelled else "ended complete")
         if not cancelled:
-            job.call(self._finished, synthesis.metrics)
+            m = synthesis.metrics
+            self.rates.learn(len(text), m.audio_s, m.total_s - m.ttfa_s)
+            job.call(self._finished, m)
 
     def _engine_for(self, stored: str | None) -> Engine:
         """Engine thread: the engine that speaks a voice (the voice model is loaded on the

@@ -150,6 +150,13 @@ class EngineSettings:
         Bounds(),
         default=True,
     )
+    prebuffer: bool = _opt(
+        "KZTTS_PREBUFFER",
+        "on a box slower than real time, hold an answer's first audio just long enough that it "
+        "then plays without a gap (false: audio goes out as it comes)",
+        Bounds(),
+        default=True,
+    )
     decoder_subprocess: bool = _opt(
         "KZTTS_DECODER_SUBPROC",
         "decode in a kazeia-decoder child process started with each synthesis",

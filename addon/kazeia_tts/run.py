@@ -49,6 +49,8 @@ def server_flags(
         flags += ["--voice-model", str(options["voice_model"])]
     if not options.get("speakable_text", True):
         flags += ["--speakable-text", "false"]
+    if not options.get("prebuffer", True):
+        flags += ["--prebuffer", "false"]
     if options.get("debug"):
         flags.append("--debug")
     if mqtt:

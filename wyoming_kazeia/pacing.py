@@ -1,0 +1,117 @@
+"""When an answer's first audio may go out so that a player at real time never runs dry.
+
+A box slower than real time produces audio at a rate r < 1 (audio seconds per second). A player
+that starts with B seconds of audio and then plays at 1 while the rest arrives at r never runs
+dry if and only if B >= (1 - r) * T, T the whole answer's audio. The first audio is therefore
+held until the audio at hand reaches that, with r measured on the answer itself as its chunks
+arrive and T estimated from the characters it has to speak and the seconds of audio per
+character of the service's finished syntheses. On a box faster than real time (r >= 1) nothing
+is held.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+# Seconds of audio per character of text before any synthesis has finished (about 14 characters
+# per second of speech in English); the warm-up synthesis at start replaces it.
+DEFAULT_SECONDS_PER_CHAR = 0.07
+# How much the last finished synthesis weighs in the running figures (an exponential average).
+LEARNING_WEIGHT = 0.3
+# The hold is this much longer than the arithmetic asks, plus PAD_S: the rate and the length are
+# estimates, and a chunk arrives in steps of its own length.
+MARGIN = 1.15
+PAD_S = 0.3
+# The rate of an answer is its own once this much audio has come after its first chunk (before
+# that, the rate of the last syntheses is taken, if any).
+MEASURED_AFTER_S = 1.0
+# At most this much audio is held: a longer wait would be a failure of its own (the client's
+# patience, the server's memory), so a very long answer on a very slow box starts then and may
+# still pause later.
+MAX_HOLD_S = 120.0
+
+
+@dataclass
+class SpeechRates:
+    """What the service's finished syntheses say: audio seconds per character of text, and the
+    production rate (audio seconds per wall second) of the last ones. Thread-safe."""
+
+    seconds_per_char: float = DEFAULT_SECONDS_PER_CHAR
+    production_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def learn(self, chars: int | None, audio_s: float, wall_s: float) -> None:
+        """One finished synthesis: `audio_s` of audio produced in `wall_s` after its first
+        chunk, from `chars` characters (None: a synthesis cut short, which tells the rate
+        only)."""
+        if audio_s <= 0 or wall_s <= 0:
+            return
+        with self._lock:
+            w = LEARNING_WEIGHT
+            if chars:
+                self.seconds_per_char += w * (audio_s / chars - self.seconds_per_char)
+            rate = audio_s / wall_s
+            previous = self.production_rate
+            self.production_rate = rate if previous is None else previous + w * (rate - previous)
+
+    def snapshot(self) -> tuple[float, float | None]:
+        with self._lock:
+            return self.seconds_per_char, self.production_rate
+
+
+class Prebuffer:
+    """The hold of one answer's first audio. Feed it each chunk's length in seconds as it
+    arrives (`add`); `ready` says whether the audio at hand may go out now. Once released it
+    stays released: later audio of the answer goes out as it comes."""
+
+    def __init__(self, rates: SpeechRates, chars: int, pauses_s: float = 0.0) -> None:
+        self._seconds_per_char, self._prior_rate = rates.snapshot()
+        self.chars = chars  # the answer's text (a stream's grows as it arrives)
+        self._pauses_s = pauses_s  # silences it holds besides speech (SSML breaks)
+        self._first_at: float | None = None
+        self._first_s = 0.0
+        self.produced_s = 0.0
+        self.released = False
+        self.held_s = 0.0  # how long the first audio waited (for the log and the bench)
+
+    def add(self, seconds: float, now: float) -> None:
+        if self._first_at is None:
+            self._first_at, self._first_s = now, seconds
+        self.produced_s += seconds
+
+    def rate(self, now: float) -> float | None:
+        """The answer's production rate: measured once MEASURED_AFTER_S of audio came after the
+        first chunk, else the last syntheses'."""
+        if self._first_at is not None:
+            after = self.produced_s - self._first_s
+            if after >= MEASURED_AFTER_S and now > self._first_at:
+                return after / (now - self._first_at)
+        return self._prior_rate
+
+    def needed_s(self, now: float) -> float | None:
+        """The audio to have at hand before the first goes out; None while the rate is unknown."""
+        rate = self.rate(now)
+        if rate is None:
+            return None
+        if rate >= 1.0:
+            return 0.0
+        total = max(self.chars * self._seconds_per_char + self._pauses_s, self.produced_s)
+        return min(MAX_HOLD_S, (1.0 - rate) * total * MARGIN + PAD_S)
+
+    def ready(self, now: float) -> bool:
+        """Whether the audio at hand may go out (and everything after it)."""
+        if not self.released:
+            needed = self.needed_s(now)
+            if self.produced_s >= MAX_HOLD_S or (needed is not None and self.produced_s >= needed):
+                self.release(now)
+        return self.released
+
+    def release(self, now: float) -> None:
+        """Lets the audio go: enough is at hand, or the answer's audio is complete."""
+        if not self.released:
+            self.released = True
+            if self._first_at is not None:
+                self.held_s = now - self._first_at
