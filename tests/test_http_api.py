@@ -87,6 +87,12 @@ class HttpServer:
         self._thread.join(30)
         self.service.shutdown()
 
+    def __enter__(self) -> HttpServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 @dataclass
 class Reply:
@@ -121,9 +127,8 @@ def engine(tiny_model: Path) -> Engine:
 @pytest.fixture
 def server(engine: Engine) -> Iterator[HttpServer]:
     engine.apply_settings(SETTINGS)
-    running = HttpServer(TtsService(engine, max_queue=8))
-    yield running
-    running.stop()
+    with HttpServer(TtsService(engine, max_queue=8)) as running:
+        yield running
 
 
 def wav_samples(data: bytes) -> np.ndarray:
@@ -241,16 +246,13 @@ def test_instructions_style_a_speaker_of_a_model_that_follows_them(
     model = root / "model"
     convert(root / "ckpt", model, "f32")
     engine = Engine(model, SETTINGS)
-    styled = HttpServer(TtsService(engine))
-    try:
+    with HttpServer(TtsService(engine)) as styled:
         speaker = engine.speakers[0]
         styled_pcm = speak(
             styled, voice=speaker, input="Hello.", instructions="Speak cheerfully.",
             response_format="pcm",
         )  # fmt: skip
         plain_pcm = speak(styled, voice=speaker, input="Hello.", response_format="pcm")
-    finally:
-        styled.stop()
     prompt = engine.instruction_prompt("Speak cheerfully.", speaker=speaker)
     expected = np.concatenate(list(engine.synthesize("Hello.", language="auto", voice=prompt)))
     assert np.array_equal(np.frombuffer(styled_pcm, np.int16), expected)
@@ -318,8 +320,7 @@ def test_unknown_paths_and_methods_are_openai_shaped(server: HttpServer) -> None
 
 
 def test_a_loading_model_and_a_full_queue_are_503s_with_retry_after(engine: Engine) -> None:
-    loading = HttpServer(TtsService(max_queue=8))
-    try:
+    with HttpServer(TtsService(max_queue=8)) as loading:
         loading.service.set_loading("downloading Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice 35%")
         health = http("GET", loading.url + "/health", timeout=10).json()
         assert health["status"] == "loading" and "downloading" in health["detail"]
@@ -327,12 +328,9 @@ def test_a_loading_model_and_a_full_queue_are_503s_with_retry_after(engine: Engi
             speak(loading, input="Hello.")
         assert refused.value.status_code == 503 and refused.value.code == "model_loading"
         assert refused.value.response.headers["Retry-After"] == "10"
-    finally:
-        loading.stop()
 
     engine.apply_settings(SETTINGS.replace(max_frames=2000))  # ~160 s of audio
-    busy = HttpServer(TtsService(engine, max_queue=0))  # one request at a time
-    try:
+    with HttpServer(TtsService(engine, max_queue=0)) as busy:  # one request at a time
         first = busy.client()  # kept: a client collected closes its connections
         with first.audio.speech.with_streaming_response.create(
             model="kazeia", voice="vivian", input="A long one.", response_format="pcm"
@@ -343,38 +341,14 @@ def test_a_loading_model_and_a_full_queue_are_503s_with_retry_after(engine: Engi
                 speak(busy, input="Hello.")
         assert refused.value.status_code == 503 and refused.value.code == "server_busy"
         assert refused.value.response.headers["Retry-After"] == "1"
-    finally:
-        busy.stop()
-        engine.apply_settings(SETTINGS)
-
-
-class _Record(logging.Handler):
-    """The service's record of its syntheses (its DEBUG lines): (when, what)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[tuple[float, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("synthesis for http"):
-            self.lines.append((time.monotonic(), record.getMessage()))
-
-
-@pytest.fixture
-def record() -> Iterator[_Record]:
-    logger = logging.getLogger("wyoming_kazeia.service")
-    handler, level = _Record(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
+    engine.apply_settings(SETTINGS)
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])
 def test_a_client_that_leaves_mid_stream_frees_the_service_at_once(
-    server: HttpServer, record: _Record, how: str
+    server: HttpServer, caplog: pytest.LogCaptureFixture, how: str
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="wyoming_kazeia.service")
     server.service.update_settings(max_frames=1000)  # ~80 s of audio: never read to its end
     request = json.dumps({"input": "A long answer.", "voice": "vivian", "response_format": "pcm"})
     host, port = server.url[len("http://") :].split(":")
@@ -397,7 +371,8 @@ def test_a_client_that_leaves_mid_stream_frees_the_service_at_once(
         time.sleep(0.01)
     assert server.service.status.state == "idle", "the synthesis went on after its client left"
     assert server.service.status.served == 0  # cancelled, not completed
-    assert any("cancelled" in line for at, line in record.lines if at <= deadline), record.lines
+    cancelled = [r for r in caplog.records if r.getMessage().endswith(" cancelled")]
+    assert cancelled and cancelled[0].getMessage().startswith("synthesis for http"), caplog.text
     server.service.update_settings(max_frames=FRAMES)
     t0, client = time.monotonic(), server.client()
     with client.audio.speech.with_streaming_response.create(
@@ -413,8 +388,7 @@ def test_a_client_that_leaves_mid_stream_frees_the_service_at_once(
 
 def test_an_api_key_guards_the_api_but_not_the_page_or_the_health(engine: Engine) -> None:
     engine.apply_settings(SETTINGS)
-    guarded = HttpServer(TtsService(engine), api_key="s3cret")
-    try:
+    with HttpServer(TtsService(engine), api_key="s3cret") as guarded:
         for key in ("none", "s3cret-not"):
             with pytest.raises(openai.AuthenticationError) as refused:
                 guarded.client(key).models.list()
@@ -429,8 +403,6 @@ def test_an_api_key_guards_the_api_but_not_the_page_or_the_health(engine: Engine
         assert http("GET", guarded.url + "/health", timeout=10).status == 200
         page = http("GET", guarded.url + "/", timeout=10)
         assert page.status == 200 and "<title>Kazeia TTS</title>" in page.text
-    finally:
-        guarded.stop()
 
 
 # -- voices, models, health, page -------------------------------------------------------------
@@ -476,9 +448,9 @@ def test_the_page_is_served_with_relative_urls_and_under_an_ingress_path(
 # -- the voice library through the page's API -------------------------------------------------
 
 
-def cloning_server(engine: Engine, base_model: Path, data: Path) -> HttpServer:
+def cloning_server(model: Path, base_model: Path, data: Path) -> HttpServer:
     """A CustomVoice model with a Base voice model for cloned voices, and a voice library."""
-    engine.apply_settings(SETTINGS)
+    engine = Engine(model, SETTINGS)
     voice_model = VoiceModel(
         str(base_model), ModelVoices.of_folder(base_model), lambda: Engine(base_model, SETTINGS)
     )
@@ -501,10 +473,9 @@ def voice_ids(server: HttpServer) -> list[str]:
 
 
 def test_an_uploaded_recording_becomes_a_voice_to_rename_choose_and_delete(
-    engine: Engine, tiny_base_model: Path, reference_recording: Path, tmp_path: Path
+    tiny_model: Path, tiny_base_model: Path, reference_recording: Path, tmp_path: Path
 ) -> None:
-    server = cloning_server(engine, tiny_base_model, tmp_path / "data")
-    try:
+    with cloning_server(tiny_model, tiny_base_model, tmp_path / "data") as server:
         added = upload(server.url, reference_recording)
         assert added.status == 201, added.text
         assert added.json()["summary"].startswith("cloned from a 1.2 s recording")
@@ -541,8 +512,6 @@ def test_an_uploaded_recording_becomes_a_voice_to_rename_choose_and_delete(
             "nana" not in voice_ids(server) and not (tmp_path / "data" / "voices" / "nana").exists()
         )
         assert server.service.default_voice == DEFAULT_SPEAKER
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize(
@@ -555,11 +524,10 @@ def test_an_uploaded_recording_becomes_a_voice_to_rename_choose_and_delete(
     ],
 )
 def test_a_bad_upload_is_refused_clearly_and_nothing_is_stored(
-    engine: Engine, tiny_base_model: Path, reference_recording: Path, tmp_path: Path,
+    tiny_model: Path, tiny_base_model: Path, reference_recording: Path, tmp_path: Path,
     fields: dict[str, str], status: int, says: str,
 ) -> None:  # fmt: skip
-    server = cloning_server(engine, tiny_base_model, tmp_path / "data")
-    try:
+    with cloning_server(tiny_model, tiny_base_model, tmp_path / "data") as server:
         refused = upload(server.url, reference_recording, **fields)
         assert refused.status == status and says in refused.json()["error"]["message"]
         silent = tmp_path / "silent.wav"
@@ -570,8 +538,6 @@ def test_a_bad_upload_is_refused_clearly_and_nothing_is_stored(
         assert not_form.status == 415
         stored = tmp_path / "data" / "voices"
         assert not stored.exists() or not list(stored.iterdir())
-    finally:
-        server.stop()
 
 
 # -- the server's command line ----------------------------------------------------------------

@@ -18,10 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from test_http_api import FRAMES, HOP, SETTINGS, HttpServer, cloning_server, http
+from test_http_api import FRAMES, HOP, HttpServer, cloning_server, http
 from test_server import free_port
-
-from wyoming_kazeia.engine import Engine
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -56,16 +54,10 @@ def browser() -> Iterator[Any]:
     driver.quit()
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_model: Path) -> Engine:
-    return Engine(tiny_model, SETTINGS)
-
-
 @pytest.fixture
-def server(engine: Engine, tiny_base_model: Path, tmp_path: Path) -> Iterator[HttpServer]:
-    running = cloning_server(engine, tiny_base_model, tmp_path / "data")
-    yield running
-    running.stop()
+def server(tiny_model: Path, tiny_base_model: Path, tmp_path: Path) -> Iterator[HttpServer]:
+    with cloning_server(tiny_model, tiny_base_model, tmp_path / "data") as running:
+        yield running
 
 
 def wait(browser: Any, condition: Any, what: str) -> Any:

@@ -12,6 +12,7 @@ const page = {
   recorder: null,
   recorded: null, // a Blob (WAV) recorded on this page
   info: null,
+  libraryShown: "", // the library as the table shows it
 };
 // What the page played, for whoever checks it (the tests): samples heard and their peak.
 window.kazeia = { heard: { samples: 0, peak: 0 }, firstAudioMs: null };
@@ -168,6 +169,30 @@ async function loadInfo() {
   note.textContent = "Cloning needs a Base model: start the server with " +
     "--voice-model Qwen/Qwen3-TTS-12Hz-0.6B-Base (the add-on's \"Model of your own voices\").";
 
+  // Rows are made again only when the library changed: a click on one is never lost.
+  const shown = JSON.stringify([info.library, info.default_voice]);
+  if (shown !== page.libraryShown) {
+    page.libraryShown = shown;
+    showLibrary(info);
+  }
+
+  const settings = Object.assign(
+    { model: info.model, default_voice: info.default_voice, served: info.status.served,
+      last_first_audio_s: info.status.last_first_audio_s, last_rtf: info.status.last_rtf },
+    info.settings);
+  $("settings").tBodies[0].replaceChildren(...Object.entries(settings).map(([key, value]) => {
+    const row = document.createElement("tr");
+    const k = document.createElement("th");
+    k.textContent = key.replaceAll("_", " ");
+    const v = document.createElement("td");
+    v.textContent = value === null ? "model's / unset" : String(value);
+    row.append(k, v);
+    return row;
+  }));
+  if (!info.ready) setTimeout(refresh, 3000);
+}
+
+function showLibrary(info) {
   const rows = info.library.map((voice) => {
     const row = document.createElement("tr");
     row.dataset.voice = voice.name;
@@ -203,21 +228,6 @@ async function loadInfo() {
   });
   $("library").tBodies[0].replaceChildren(...rows);
   $("library-empty").hidden = rows.length > 0;
-
-  const settings = Object.assign(
-    { model: info.model, default_voice: info.default_voice, served: info.status.served,
-      last_first_audio_s: info.status.last_first_audio_s, last_rtf: info.status.last_rtf },
-    info.settings);
-  $("settings").tBodies[0].replaceChildren(...Object.entries(settings).map(([key, value]) => {
-    const row = document.createElement("tr");
-    const k = document.createElement("th");
-    k.textContent = key.replaceAll("_", " ");
-    const v = document.createElement("td");
-    v.textContent = value === null ? "model's / unset" : String(value);
-    row.append(k, v);
-    return row;
-  }));
-  if (!info.ready) setTimeout(refresh, 3000);
 }
 
 async function refresh() {
