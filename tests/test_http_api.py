@@ -312,6 +312,38 @@ def test_malformed_bodies_are_refused_in_openais_shape(
     assert error["code"] == code and error["message"] and error["type"]
 
 
+def test_a_body_in_pieces_is_read_whole_and_one_that_stalls_is_refused(engine: Engine) -> None:
+    """A body may come in several TCP segments; one that stops coming is refused after the
+    idle timeout (408), and the server goes on."""
+    engine.apply_settings(SETTINGS)
+    body = json.dumps({"input": "Hello.", "voice": "vivian", "response_format": "pcm"}).encode()
+    with HttpServer(TtsService(engine), idle=1.0) as server:
+        host, port = server.url[len("http://") :].split(":")
+        answers = []
+        for stall in (False, True):
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                sock.sendall(
+                    f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                    .encode() + body[:10]
+                )  # fmt: skip
+                time.sleep(0.3)
+                if not stall:
+                    sock.sendall(body[10:])
+                t0, answer, waited = time.monotonic(), b"", 0.0
+                while chunk := sock.recv(65536):
+                    answer += chunk
+                    if b"request_timeout" in answer and not waited:
+                        waited = time.monotonic() - t0
+                        break
+                answers.append((answer, waited))
+        (whole, _), (stalled, waited) = answers
+        assert whole.startswith(b"HTTP/1.1 200") and len(whole) > FRAMES * HOP * 2
+        assert stalled.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in stalled
+        assert 0.5 < waited < 3.0
+        assert len(speak(server, input="Hi.", response_format="pcm")) == FRAMES * HOP * 2
+
+
 def test_unknown_paths_and_methods_are_openai_shaped(server: HttpServer) -> None:
     missing = http("GET", server.url + "/v1/audio/nothing", timeout=10)
     assert missing.status == 404 and missing.json()["error"]["code"] == "not_found"

@@ -29,7 +29,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from aiohttp import web
@@ -56,6 +56,7 @@ from .service import AudioStream, TtsService
 from .speakable import Pause
 
 _LOGGER = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # OpenAI's bound on `input`: a client written for its API never sends more.
 MAX_INPUT_CHARS = 4096
@@ -106,11 +107,34 @@ def error_response(err: Exception) -> web.Response:
     return web.json_response(body, status=status, headers=headers)
 
 
+IDLE_TIMEOUT = web.AppKey("idle_timeout", float)  # the server's --idle-timeout (0: none)
+
+
+async def within_idle_timeout(request: web.Request, reading: Awaitable[T]) -> T:
+    """`reading` (of the request's body), given at most the idle timeout: a client that sends
+    its body slower than that is refused (408), never waited for forever."""
+    timeout = request.app[IDLE_TIMEOUT] or None
+    try:
+        return await asyncio.wait_for(reading, timeout)
+    except asyncio.TimeoutError:
+        raise RequestError(
+            f"the request body did not arrive within {timeout:.0f} s", 408, "request_timeout"
+        ) from None
+
+
 async def read_json(request: web.Request, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
-    """The request's JSON object, read within `limit` bytes; RequestError otherwise."""
+    """The request's JSON object, read within `limit` bytes and the idle timeout;
+    RequestError otherwise."""
     if request.content_length is not None and request.content_length > limit:
         raise RequestError(f"the request body exceeds {limit} bytes", 413, "request_too_large")
-    raw = await request.content.read(limit + 1)
+
+    async def read() -> bytes:
+        data = bytearray()
+        while len(data) <= limit and (chunk := await request.content.read(limit + 1 - len(data))):
+            data += chunk
+        return bytes(data)
+
+    raw = await within_idle_timeout(request, read())
     if len(raw) > limit:
         raise RequestError(f"the request body exceeds {limit} bytes", 413, "request_too_large")
     try:
@@ -402,6 +426,7 @@ def build_app(
 
     api = HttpApi(service, api_key, idle_timeout)
     app = web.Application(middlewares=[api.errors, api.auth], client_max_size=MAX_UPLOAD_BYTES)
+    app[IDLE_TIMEOUT] = idle_timeout or 0.0
     app.router.add_post("/v1/audio/speech", api.speech)
     app.router.add_get("/v1/audio/voices", api.voices)
     app.router.add_get("/v1/models", api.models)

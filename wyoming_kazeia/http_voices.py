@@ -23,7 +23,7 @@ from pathlib import Path
 from aiohttp import BodyPartReader, web
 
 from .errors import RequestError, VoiceError, quoted
-from .http_api import MAX_UPLOAD_BYTES, field, read_json
+from .http_api import MAX_UPLOAD_BYTES, field, read_json, within_idle_timeout
 from .service import ModelVoices, TtsService, in_daemon_thread
 from .voices import LANGUAGE_CODES, model_language, recording
 from .voices.library import StoredVoice, VoiceLibrary
@@ -99,7 +99,7 @@ class VoicePage:
     async def add(self, request: web.Request) -> web.Response:
         """A recording and its transcript become a cloned voice, checked as the command line
         checks them (length, silence, script), with the owner's consent confirmed."""
-        fields, audio = await _read_upload(request)
+        fields, audio = await within_idle_timeout(request, _read_upload(request))
         if fields.get("consent") not in ("true", "on", "yes", "1"):
             raise RequestError(
                 "confirm that the voice's owner agreed to be cloned (consent)", param="consent"
