@@ -415,6 +415,36 @@ def test_a_client_that_leaves_mid_stream_frees_the_service_at_once(
         assert time.monotonic() - t0 < SERVED_WITHIN_S
 
 
+def test_a_client_that_stops_reading_is_cut_off_without_the_responses_end(
+    engine: Engine,
+) -> None:
+    """Past the unread-audio bound (or the idle timeout of a write), an answer that has begun
+    ends by the connection's end, never by the chunked end a complete answer has."""
+    engine.apply_settings(SETTINGS.replace(max_frames=2000))
+    service = TtsService(engine, max_unsent_bytes=256 << 10)
+    request = json.dumps({"input": "A long answer.", "voice": "vivian", "response_format": "pcm"})
+    with HttpServer(service, idle=1.0) as server:
+        host, port = server.url[len("http://") :].split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(
+                f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
+                f"application/json\r\nContent-Length: {len(request)}\r\n\r\n{request}".encode()
+            )
+            answer = sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 200")
+            time.sleep(4.0)  # reads nothing: the server gives up on it
+            t0 = time.monotonic()
+            with contextlib.suppress(ConnectionError):
+                while chunk := sock.recv(1 << 20):
+                    answer += chunk
+            assert time.monotonic() - t0 < 5.0, "the connection stayed open"
+        assert not answer.endswith(b"0\r\n\r\n")
+        assert service.status.state == "idle" and service.status.served == 0
+        service.update_settings(max_frames=FRAMES)
+        assert len(speak(server, input="Hi.", response_format="pcm")) == FRAMES * HOP * 2
+
+
 # -- security ---------------------------------------------------------------------------------
 
 

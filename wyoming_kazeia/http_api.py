@@ -26,6 +26,8 @@ import hmac
 import json
 import logging
 import re
+import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -308,10 +310,13 @@ class HttpApi:
                 if not isinstance(err, (KazeiaError, ConnectionError, asyncio.TimeoutError)):
                     _LOGGER.exception("synthesis failed")
                 _LOGGER.warning(
-                    "speech for %s cut short: %s", request.remote, err or type(err).__name__
+                    "speech for %s cut short: %s",
+                    request.remote,
+                    "it read nothing for the idle timeout"
+                    if isinstance(err, asyncio.TimeoutError)
+                    else str(err) or type(err).__name__,
                 )
-                if request.transport is not None:
-                    request.transport.abort()
+                _reset(request)
                 return response
             await response.write_eof()
         finally:
@@ -412,6 +417,19 @@ def _is_open(path: str) -> bool:
 
 def _web_file(name: str) -> bytes:
     return (resources.files("wyoming_kazeia") / "web" / name).read_bytes()
+
+
+def _reset(request: web.Request) -> None:
+    """Ends the request's connection at once, by a reset: what the kernel still holds for a
+    client that stopped reading is dropped, not sent to it for minutes."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
 
 
 def _sse(event: dict[str, Any]) -> bytes:
