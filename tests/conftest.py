@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import soundfile as sf
 from kazeia_dev.random_checkpoint import main as random_checkpoint
 from safetensors.numpy import save_file
 
@@ -85,6 +86,23 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert random_checkpoint([str(root / "ckpt"), "--size", "tiny", "--seed", "3", "-q"]) == 0
     convert(root / "ckpt", root / "model", "f32")
     return root / "model"
+
+
+@pytest.fixture(scope="session")
+def tiny_base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Base reference model (tiny-base-0.6b), converted (f32): it clones voices."""
+    model = tmp_path_factory.mktemp("tiny-base")
+    convert(REFERENCE / CLONE_MODELS[0] / "model", model, "f32")
+    return model
+
+
+@pytest.fixture(scope="session")
+def reference_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference kit's recording of the Base model's voice (1.2 s, 16-bit WAV), as a
+    user would give it to be cloned."""
+    path = tmp_path_factory.mktemp("recording") / "grandma.wav"
+    sf.write(path, ref_array(CLONE_MODELS[0], "ref_audio"), 24000, subtype="PCM_16")
+    return path
 
 
 @pytest.fixture

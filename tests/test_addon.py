@@ -70,7 +70,9 @@ def test_config_has_what_the_store_requires() -> None:
     assert re.fullmatch(r"[a-z0-9_]+", config["slug"])
     assert {"amd64", "aarch64"} <= set(config["arch"])
     assert "wyoming" in config["discovery"]
-    assert config["ports"] == {"10200/tcp": 10200}
+    # The HTTP API's port is unmapped unless the user maps it; the page is the ingress panel.
+    assert config["ports"] == {"10200/tcp": 10200, "8200/tcp": None}
+    assert config["ingress"] is True and config["ingress_port"] == 8200
     assert "mqtt:want" in config["services"]
     assert config["backup_exclude"], "the model folders stay out of backups"
     build = load("build.yaml")
@@ -123,7 +125,7 @@ def addon_run() -> ModuleType:
 MQTT = {"host": "core-mosquitto", "port": 1883, "username": "addons", "password": "s3cret"}
 
 
-@pytest.mark.parametrize("name", list(load("config.yaml")["options"]))
+@pytest.mark.parametrize("name", [o for o in load("config.yaml")["options"] if o != "http_api_key"])
 def test_every_option_maps_to_the_server_flag_its_parser_takes(name: str) -> None:
     config = load("config.yaml")
     options = dict(config["options"])
@@ -136,6 +138,17 @@ def test_every_option_maps_to_the_server_flag_its_parser_takes(name: str) -> Non
     # Engine settings are parsed later, from their text.
     assert getattr(args, name) in (example[name], str(example[name]), str(example[name]).lower())
     assert args.uri == "tcp://0.0.0.0:10200" and args.data_dir == Path("/data")
+    port = load("config.yaml")["ingress_port"]
+    assert args.http_uri == f"tcp://0.0.0.0:{port}"
+
+
+def test_the_http_api_key_is_a_variable_never_a_flag() -> None:
+    options = {**load("config.yaml")["options"], "http_api_key": "k3y"}
+    run = addon_run()
+    assert "k3y" not in run.server_flags(options, None, "/tmp/unused")
+    env = run.server_env(options, {"PATH": "/bin", "SUPERVISOR_TOKEN": "tok"})
+    assert env == {"PATH": "/bin", "KZTTS_HTTP_API_KEY": "k3y"}
+    assert "KZTTS_HTTP_API_KEY" not in run.server_env(load("config.yaml")["options"], {})
 
 
 def test_the_mqtt_password_is_a_file_never_a_flag() -> None:

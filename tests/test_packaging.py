@@ -133,6 +133,8 @@ def test_built_wheel_holds_only_the_product(tmp_path: Path) -> None:
     }
     assert not [n for n in names if "/dev/" in n or "kazeia_dev" in n or "bench" in n]
     assert "wyoming_kazeia/native.py" in sources and "wyoming_kazeia/__main__.py" in sources
+    # The web page (--http-uri) ships as package data.
+    assert {f"wyoming_kazeia/web/{n}" for n in ("index.html", "app.js", "style.css")} <= set(names)
     for name, source in sources.items():
         imported = _imported_modules(source)
         assert not imported & {"torch", "kazeia_dev", "transformers", "safetensors"}, name

@@ -33,6 +33,7 @@ from . import __version__, cpu_floor  # noqa: F401 - cpu_floor first: it checks 
 from .daemon_thread import in_daemon_thread
 from .engine import Engine, VoicePrompt, resolve_placements
 from .errors import KazeiaError, SettingsError, VoiceError
+from .http_api import check_http_uri, serve_http
 from .model_voices import LibraryLook, ModelVoices, VoiceModel
 from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
@@ -133,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
         const="kazeia-tts",
         metavar="NAME",
     )
+    add(
+        "--http-uri",
+        "KZTTS_HTTP_URI",
+        "also serve the HTTP API (OpenAI's speech endpoint) and the web page here, e.g. "
+        "tcp://127.0.0.1:8200 (tcp://0.0.0.0:8200: every interface); off when unset",
+    )
+    add(
+        "--http-api-key",
+        "KZTTS_HTTP_API_KEY",
+        "a key the HTTP API's requests must carry (Authorization: Bearer KEY); prefer the "
+        "variable to the flag, which other users can see",
+    )
     server.add_argument(
         "--no-warmup",
         action="store_true",
@@ -216,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.max_connections < 1 or not args.idle_timeout >= 0:
             raise SettingsError("--max-connections must be >= 1 and --idle-timeout >= 0")
+        if args.http_uri:
+            check_http_uri(args.http_uri)
         if args.zeroconf and not args.uri.startswith("tcp://"):
             raise SettingsError("--zeroconf announces a TCP port: it needs a tcp:// --uri")
     except KazeiaError as err:
@@ -259,7 +274,22 @@ async def _run(
     server: asyncio.Task[None] | None = None
     bridge: asyncio.Task[None] | None = None
     watch: asyncio.Task[None] | None = None
+    http: asyncio.Task[None] | None = None
     try:
+        if args.http_uri:  # like Wyoming's, listening before any download
+            http_listening = asyncio.Event()
+            http = asyncio.create_task(
+                serve_http(
+                    service,
+                    args.http_uri,
+                    args.http_api_key or None,
+                    args.idle_timeout or None,
+                    http_listening,
+                )
+            )
+            await _first(http_listening.wait(), http)
+            if http.done():
+                http.result()  # raises what stopped it (a busy port)
         if not stdio:  # bound before any download: describe answers during the first start
             listening = asyncio.Event()
             server = asyncio.create_task(
@@ -293,7 +323,7 @@ async def _run(
     except asyncio.CancelledError:
         pass
     finally:
-        for t in (watch, bridge, server):
+        for t in (watch, bridge, http, server):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

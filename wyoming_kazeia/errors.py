@@ -18,7 +18,8 @@ callers that catch those keep working.
     ├── NotReadyError       the model is still being downloaded, converted or loaded
     ├── SlowClientError     a client left too much audio unread: its synthesis is cancelled
     ├── ProtocolError       a malformed Wyoming event (answered, then the connection closes)
-    └── SsmlError           a text said to be SSML that is malformed (a bad-request)
+    ├── SsmlError           a text said to be SSML that is malformed (a bad-request)
+    └── RequestError        an HTTP request the HTTP API refuses (its status and code said)
 
 The native extension raises `ModelError` and `InputError` as these very classes (its module
 initialisation looks them up here), so a C++ error reaches Python already in the family.
@@ -81,6 +82,22 @@ class ProtocolError(KazeiaError, ValueError):
 
 class SsmlError(KazeiaError, ValueError):
     """A text said to be SSML that is not well-formed, or a bad <break>: a `bad-request`."""
+
+
+class RequestError(KazeiaError, ValueError):
+    """An HTTP request the HTTP API refuses for a reason of HTTP's own (an unknown path, a
+    missing API key, a body too large or not JSON, a field of the wrong type): its `status`,
+    OpenAI error `code` and the request field (`param`) it is about."""
+
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        code: str = "invalid_request",
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.param = status, code, param
 
 
 # What an error text or a log line quotes of a client's input at most: a request's size must

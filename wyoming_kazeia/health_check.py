@@ -106,13 +106,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if info is None:
         print(f"unhealthy: {args.uri}: {why or 'no info'}")
         return 1
+    print(verdict(info))
+    return 0
+
+
+def verdict(info: Info) -> str:
+    """The health check's line for a service that answered: "healthy: ..." once its model is
+    loaded, else "loading: ..." (what the start is doing)."""
     ready = ready_programs(info)
     if not ready:
         what = info.tts[0].description if info.tts else "no TTS program"
-        print(f"loading: {what}")
-        return 0
-    print(f"healthy: {ready[0].description} ({len(ready[0].voices)} voices)")
-    return 0
+        return f"loading: {what}"
+    return f"healthy: {ready[0].description} ({len(ready[0].voices)} voices)"
 
 
 if __name__ == "__main__":

@@ -551,6 +551,8 @@ class TtsService:
         if self._settings is not engine.settings:
             engine.apply_settings(self._settings)
         voice = self._prompt(choice.stored, engine) if choice.stored else None
+        if choice.instruct:  # a request's own style for a built-in speaker
+            voice = engine.instruction_prompt(choice.instruct, speaker=choice.speaker)
         synthesis = engine.synthesize(text, choice.speaker or None, choice.language, voice=voice)
         job.attach(synthesis)
         try:

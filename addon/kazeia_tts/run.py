@@ -5,8 +5,9 @@
                              the MQTT service's address and account, and takes the discovery
 
 The server is started with one flag per option; the MQTT password goes to a file only this user
-reads (--mqtt-password-file), never to the command line. Once the server answers `describe`,
-Home Assistant is told where it is (the Supervisor's discovery of a `wyoming` service at
+reads (--mqtt-password-file) and the HTTP API key to a variable, never to the command line. The
+HTTP API and web page listen on port 8200, the add-on's ingress panel. Once the server answers
+`describe`, Home Assistant is told where it is (the Supervisor's discovery of a `wyoming` service at
 tcp://HOSTNAME:10200, as the official Wyoming add-ons do). Needs nothing but Python's standard
 library and the installed wyoming_kazeia (no bashio).
 """
@@ -31,9 +32,19 @@ from wyoming_kazeia.health_check import probe
 
 _LOGGER = logging.getLogger("kazeia-addon")
 PORT = 10200
+HTTP_PORT = 8200  # config.yaml's ingress_port
 OPTIONS = Path("/data/options.json")
 SUPERVISOR = "http://supervisor"
 DISCOVERY_WAIT_S = 3600.0  # a first start downloads and converts the model meanwhile
+
+
+def server_env(options: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """The server's environment: the add-on's, without the Supervisor's token, with the HTTP
+    API key as its variable (never a flag: a command line is visible to every process)."""
+    out = {k: v for k, v in env.items() if k != "SUPERVISOR_TOKEN"}
+    if options.get("http_api_key"):
+        out["KZTTS_HTTP_API_KEY"] = str(options["http_api_key"])
+    return out
 
 
 def server_flags(
@@ -41,6 +52,8 @@ def server_flags(
 ) -> list[str]:
     """The server's flags for the add-on's options and the MQTT service (None: none)."""
     flags = ["--uri", f"tcp://0.0.0.0:{PORT}", "--data-dir", "/data"]
+    # The web page for the ingress panel, and the HTTP API where the user maps its port.
+    flags += ["--http-uri", f"tcp://0.0.0.0:{HTTP_PORT}"]
     flags += ["--model", str(options["model"]), "--quant", str(options["quant"])]
     flags += ["--threads", str(options["threads"])]
     if options.get("voice"):
@@ -135,7 +148,7 @@ def main() -> int:
     _LOGGER.info("server flags: %s", " ".join(flags))
     if stop:
         return 128 + stop[0]
-    env = {k: v for k, v in os.environ.items() if k != "SUPERVISOR_TOKEN"}
+    env = server_env(options, dict(os.environ))
     server = subprocess.Popen([sys.executable, "-m", "wyoming_kazeia", *flags], env=env)
     if token:
         announce_when_ready(supervisor, server)

@@ -94,6 +94,8 @@ class Choice:
     speaker: str
     language: str  # a model language name, or "auto"
     stored: str | None = None
+    # A style instruction for a built-in speaker (a model that follows them: CustomVoice 1.7B)
+    instruct: str | None = None
 
 
 class VoiceCatalog:

@@ -16,6 +16,7 @@ and the recording's hash: a restart, or any request, reuses it; another model ma
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -189,6 +190,33 @@ class VoiceLibrary:
         trash = folder.with_name(f".{name}.removed.{time.monotonic_ns()}")
         folder.rename(trash)  # atomic, then deleted
         shutil.rmtree(trash, ignore_errors=True)
+
+    def rename(self, name: str, new: str) -> StoredVoice:
+        """Voice `name` under the name `new`, its recording and stored prompts kept (they are
+        named by model and recording, not by voice); VoiceError when there is no such voice or
+        `new` is taken. The renamed voice is there whole before the old one goes."""
+        folder = self.root / check_name(name)
+        try:
+            voice = StoredVoice.from_json(json.loads(read_text(folder / VOICE_FILE)), folder)
+        except (OSError, ValueError, TypeError) as err:
+            raise VoiceError(f"no usable voice named {name!r} in {self.root} ({err})") from None
+        if (self.root / check_name(new)).exists():
+            raise VoiceError(f"a voice named {new!r} exists: remove it first")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{new}.", dir=self.root))
+        try:
+            for path in folder.iterdir():
+                if path.is_file() and path.name != VOICE_FILE:
+                    shutil.copy2(path, tmp / path.name)
+            renamed = dataclasses.replace(voice, name=new)
+            data = {k: v for k, v in asdict(renamed).items() if v is not None}
+            (tmp / VOICE_FILE).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+            tmp.chmod(0o755)
+            tmp.rename(self.root / new)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.remove(name)
+        return renamed
 
     # -- reading ----------------------------------------------------------------------------
 
