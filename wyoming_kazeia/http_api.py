@@ -52,6 +52,7 @@ from .errors import (
     quoted,
 )
 from .health_check import verdict
+from .pacing import Prebuffer
 from .sentences import StreamSentences
 from .server import build_info
 from .service import AudioStream, TtsService
@@ -283,6 +284,7 @@ class HttpApi:
             audio = self.service.queue(sentences, choice, answer)
             first = await self._next(audio)  # the response starts with the first audio
             ttfa = time.monotonic() - start
+            held, complete = await self._hold(request, audio, first, sentences)
             sse = stream_format == "sse"
             response = web.StreamResponse(
                 headers={
@@ -297,10 +299,12 @@ class HttpApi:
             encoder = make_encoder(self.service.sample_rate)
             write = self._sse_writer(response) if sse else response.write
             try:
-                pcm: bytes | None = first
-                while pcm is not None:
+                for pcm in held:
                     await self._write(write, encoder.encode(pcm))
-                    pcm = await self._next(audio)
+                more = None if complete else await self._next(audio)
+                while more is not None:
+                    await self._write(write, encoder.encode(more))
+                    more = await self._next(audio)
                 await self._write(write, encoder.finish())
                 if sse:
                     await response.write(_sse({"type": "speech.audio.done"}))
@@ -336,6 +340,46 @@ class HttpApi:
             time.monotonic() - start,
         )
         return response
+
+    async def _hold(
+        self,
+        request: web.Request,
+        audio: AudioStream,
+        first: bytes | None,
+        sentences: list[str | Pause],
+    ) -> tuple[list[bytes], bool]:
+        """The audio to send first, and whether it is the whole answer's: the first chunk, or,
+        where the prebuffer setting is on and the box is slower than real time, as much as a
+        player needs at hand to play the rest without a gap (pacing.Prebuffer)."""
+        if first is None:
+            return [], True
+        held = [first]
+        if not self.service.settings.prebuffer:
+            return held, False
+        chars = sum(len(s) for s in sentences if isinstance(s, str))
+        pauses = sum(s.seconds for s in sentences if isinstance(s, Pause))
+        hold = Prebuffer(self.service.rates, chars, pauses)
+        bytes_per_second = 2 * self.service.sample_rate
+        pcm: bytes | None = first
+        while pcm is not None:
+            now = time.monotonic()
+            hold.add(len(pcm) / bytes_per_second, now)
+            if hold.ready(now):
+                break
+            if request.transport is None or request.transport.is_closing():
+                raise ConnectionError("the client left")
+            pcm = await self._next(audio)
+            if pcm is not None:
+                held.append(pcm)
+        hold.release(time.monotonic())
+        if hold.held_s >= 0.1:
+            _LOGGER.info(
+                "first audio for %s held %.1f s: produced at %.2fx real time",
+                request.remote,
+                hold.held_s,
+                hold.rate(time.monotonic()) or 0.0,
+            )
+        return held, pcm is None
 
     async def _next(self, audio: AudioStream) -> bytes | None:
         """The next audio of a stream, None at its end (waited for within AUDIO_WAIT_S)."""

@@ -42,6 +42,7 @@ class SpeechRates:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._spoken = False  # a synthesis taught seconds_per_char (the default is replaced)
 
     def learn(self, chars: int | None, audio_s: float, wall_s: float) -> None:
         """One finished synthesis: `audio_s` of audio produced in `wall_s` after its first
@@ -52,7 +53,11 @@ class SpeechRates:
         with self._lock:
             w = LEARNING_WEIGHT
             if chars:
-                self.seconds_per_char += w * (audio_s / chars - self.seconds_per_char)
+                per_char = audio_s / chars
+                self.seconds_per_char += (w if self._spoken else 1.0) * (
+                    per_char - self.seconds_per_char
+                )
+                self._spoken = True
             rate = audio_s / wall_s
             previous = self.production_rate
             self.production_rate = rate if previous is None else previous + w * (rate - previous)

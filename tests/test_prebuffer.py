@@ -1,0 +1,214 @@
+"""The prebuffer: an answer's first audio held just long enough that a player at real time never
+runs dry, whatever the production rate (pacing.Prebuffer, the handler's hold)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from test_server import ServerThread, free_port
+from wyoming.audio import AudioChunk, AudioStop
+from wyoming.client import AsyncClient
+from wyoming.tts import Synthesize, SynthesizeVoice
+
+from wyoming_kazeia.engine import Engine
+from wyoming_kazeia.pacing import MARGIN, MAX_HOLD_S, PAD_S, Prebuffer, SpeechRates
+from wyoming_kazeia.service import TtsService
+from wyoming_kazeia.settings import EngineSettings
+
+CHUNK_S = 0.32  # a stream chunk: 4 frames of 80 ms
+FIRST_S = 0.08  # the first chunk is one frame
+
+
+def produce(rate: float, total_s: float, first_after: float = 0.5) -> list[tuple[float, float]]:
+    """(arrival time, seconds of audio) of each chunk of an answer produced at `rate` seconds
+    of audio per second, its first chunk `first_after` seconds after the request."""
+    chunks = [(first_after, FIRST_S)]
+    made = FIRST_S
+    while made < total_s - 1e-9:
+        size = min(CHUNK_S, total_s - made)
+        made += size
+        chunks.append((first_after + (made - FIRST_S) / rate, size))
+    return chunks
+
+
+def play(chunks: list[tuple[float, float]], rates: SpeechRates, chars: int) -> tuple[int, float]:
+    """Feeds the chunks to a Prebuffer as the handler does and plays what it lets out at real
+    time: the underruns (a chunk let out after the player needed it) and the hold."""
+    hold = Prebuffer(rates, chars)
+    released: list[tuple[float, float]] = []  # (time let out, seconds) in order
+    waiting: list[float] = []
+    for at, seconds in chunks:
+        hold.add(seconds, at)
+        waiting.append(seconds)
+        if hold.ready(at):
+            released += [(at, s) for s in waiting]
+            waiting = []
+    end = chunks[-1][0]
+    hold.release(end)  # the answer's audio is complete
+    released += [(end, s) for s in waiting]
+    start = released[0][0]  # the player starts with the first audio it gets
+    played = 0.0
+    underruns = 0
+    for at, seconds in released:
+        if at > start + played + 1e-9:  # needed at start + played, came later
+            underruns += 1
+            start = at - played  # the player waits for it, then goes on
+        played += seconds
+    return underruns, hold.held_s
+
+
+@pytest.mark.parametrize("rate", [0.3, 0.5, 0.7, 0.9, 0.99])
+def test_a_player_never_runs_dry_whatever_the_production_rate(rate: float) -> None:
+    total_s, chars = 30.0, 400
+    rates = SpeechRates()
+    rates.learn(chars, total_s, total_s / rate)  # an earlier answer of the same kind
+    underruns, held = play(produce(rate, total_s), rates, chars)
+    assert underruns == 0
+    # Held about as long as the arithmetic asks, not more: (1 - r) T of audio, produced at r.
+    needed = (1 - rate) * total_s * MARGIN + PAD_S
+    assert held <= needed / rate + CHUNK_S / rate
+
+
+@pytest.mark.parametrize("rate", [0.5, 0.8])
+def test_without_a_hold_a_slow_answer_runs_dry(rate: float) -> None:
+    """The same answers let out as they come stall: what the hold prevents."""
+    chunks = produce(rate, 30.0)
+    played, start, underruns = 0.0, chunks[0][0], 0
+    for at, seconds in chunks:
+        if at > start + played + 1e-9:
+            underruns += 1
+            start = at - played
+        played += seconds
+    assert underruns > 10
+
+
+def test_nothing_waits_on_a_box_faster_than_real_time() -> None:
+    rates = SpeechRates()
+    rates.learn(100, 8.0, 4.0)  # twice real time
+    hold = Prebuffer(rates, 100)
+    hold.add(FIRST_S, 1.0)
+    assert hold.ready(1.0) and hold.held_s == 0.0
+
+
+def test_a_first_answer_waits_for_its_own_rate() -> None:
+    """With no synthesis behind it, the rate is the answer's own, once a second of its audio
+    has come after its first chunk; a fast one then goes out at once."""
+    hold = Prebuffer(SpeechRates(), 100)
+    t = 0.0
+    hold.add(FIRST_S, t)
+    assert not hold.ready(t) and hold.rate(t) is None
+    while hold.produced_s - FIRST_S < 1.0:
+        t += 0.1
+        hold.add(CHUNK_S, t)
+    assert hold.rate(t) == pytest.approx((hold.produced_s - FIRST_S) / t)
+    assert hold.ready(t)
+
+
+def test_a_very_long_answer_is_held_at_most_max_hold() -> None:
+    rates = SpeechRates()
+    rates.learn(100, 10.0, 100.0)  # a tenth of real time
+    hold = Prebuffer(rates, 100_000)  # hours of text
+    t, released = 0.0, False
+    while not released:
+        t += 1.0
+        hold.add(0.1, t)
+        released = hold.ready(t)
+    assert MAX_HOLD_S <= hold.produced_s < MAX_HOLD_S + 0.1 + 1e-6  # at the chunk that reaches it
+
+
+def test_rates_follow_the_finished_syntheses() -> None:
+    rates = SpeechRates()
+    assert rates.production_rate is None
+    rates.learn(200, 20.0, 40.0)  # the first replaces the defaults
+    assert rates.snapshot() == (pytest.approx(0.1), pytest.approx(0.5))
+    rates.learn(None, 10.0, 10.0)  # a cut synthesis (the warm-up): its rate only
+    spc, rate = rates.snapshot()
+    assert spc == pytest.approx(0.1) and rate is not None and 0.5 < rate < 1.0
+    rates.learn(0, 0.0, 0.0)  # nothing spoken: nothing learned
+    assert rates.snapshot() == (spc, rate)
+
+
+# -- through the real server, on a box slower than real time ---------------------------------
+#
+# The full-size 0.6B (random weights, q8_0) with one generator and one decoder thread produces
+# audio slower than real time on the 2-core machines we size for: a real slow producer. Random
+# weights never say eos, so every answer is max_frames long.
+ANSWER_FRAMES = 375  # 30 s of audio
+TEXTS = (
+    "The kitchen lights are on, the front door is locked, and the garage is closed for the "
+    "night, so everything looks quiet and safe around the house right now.",
+    "Tomorrow starts cloudy with a light breeze from the west, then the sun comes out around "
+    "noon and the evening stays mild, a good day for a walk in the park.",
+)
+
+
+@pytest.fixture(scope="module")
+def slow_server() -> Iterator[ServerThread]:
+    from kazeia_dev.bench.common import default_cache_dir, ensure_model
+
+    model = ensure_model(default_cache_dir(), "0.6b", "q8_0")
+    settings = EngineSettings(threads=1, decoder_threads=1, seed=5, max_frames=ANSWER_FRAMES)
+    running = ServerThread(TtsService(Engine(model, settings)), f"tcp://127.0.0.1:{free_port()}")
+    yield running
+    running.stop()
+
+
+async def timed_answer(uri: str, text: str) -> tuple[float, list[tuple[float, float]]]:
+    """A one-shot request read as a player reads it: the time from the request to the first
+    audio, and each audio chunk's arrival (seconds after the request) and length in seconds."""
+    chunks: list[tuple[float, float]] = []
+    async with AsyncClient.from_uri(uri) as client:
+        t0 = time.monotonic()
+        await client.write_event(Synthesize(text, voice=SynthesizeVoice("vivian")).event())
+        while (event := await asyncio.wait_for(client.read_event(), 300)) is not None:
+            assert event.type != "error", event.data
+            if AudioChunk.is_type(event.type):
+                chunk = AudioChunk.from_event(event)
+                seconds = len(chunk.audio) / (chunk.rate * chunk.width * chunk.channels)
+                chunks.append((time.monotonic() - t0, seconds))
+            elif AudioStop.is_type(event.type):
+                break
+    return chunks[0][0], chunks
+
+
+def underruns(chunks: list[tuple[float, float]]) -> tuple[int, float]:
+    """A player at real time that starts with the first chunk: how often it ran dry, and for
+    how long in all."""
+    start, played, count, silent = chunks[0][0], 0.0, 0, 0.0
+    for at, seconds in chunks:
+        late = at - (start + played)
+        if late > 0.005:  # needed 5 ms before it came: an audible gap
+            count, silent, start = count + 1, silent + late, start + late
+        played += seconds
+    return count, silent
+
+
+def test_a_slow_box_plays_a_30_s_answer_without_an_underrun(
+    slow_server: ServerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service = slow_server.service
+    # Audio as it comes: the box is slower than real time, and a player stalls.
+    service.update_settings(prebuffer=False)
+    first_off, off = asyncio.run(timed_answer(slow_server.uri, TEXTS[0]))
+    audio_s = sum(s for _, s in off)
+    assert audio_s == pytest.approx(ANSWER_FRAMES * 0.08, abs=0.01)
+    rate = audio_s / (off[-1][0] - first_off)
+    gaps_off, silent_off = underruns(off)
+    assert rate < 1.0 and gaps_off > 0, f"this box is not slower than real time ({rate:.2f})"
+    # Held: what the service learned from that answer, and this answer's own rate.
+    service.update_settings(prebuffer=True)
+    first_on, on = asyncio.run(timed_answer(slow_server.uri, TEXTS[1]))
+    assert sum(s for _, s in on) == pytest.approx(audio_s, abs=0.01)
+    gaps_on, silent_on = underruns(on)
+    with capsys.disabled():
+        print(
+            f"\n  prebuffer: production at {rate:.2f}x real time; as it comes: first audio "
+            f"{first_off:.2f} s, {gaps_off} underruns ({silent_off:.1f} s silent); held: "
+            f"first audio {first_on:.2f} s (+{first_on - first_off:.1f} s), {gaps_on} underruns"
+        )
+    assert gaps_on == 0
+    # Just enough: not much more than the (1 - r) T the arithmetic asks, produced at r.
+    assert first_on - first_off < ((1 - rate) * audio_s * MARGIN + PAD_S) / rate + 3.0
