@@ -5,10 +5,11 @@
 // The kernel repacks 8 weight rows at a time so that one 32-bit lane holds one row (4 bytes of
 // it), and multiplies them with 4 broadcast bytes of a column: one integer dot instruction then
 // serves 8 rows, and the per-block float work (int -> float, scale) is shared by the 8 rows.
-// Paths: AVX-512 VNNI (VL, ymm), AVX2, NEON dot product, portable; chosen at run time. Every
-// path gives the same bits: integer sums are exact and the float steps are the same
-// operations in the same order (no fused multiply-add: the file is built with
-// -ffp-contract=off), so a prefill computes the same on every CPU.
+// Paths: AVX-512 VNNI (VL, ymm), AVX2, NEON dot product, portable; chosen at run time
+// (ops/q8_gemm.cpp, the vector paths in ops/x86/ and ops/arm/). Every path gives the same bits:
+// integer sums are exact and the float steps are the same operations in the same order (no
+// fused multiply-add: its files are built with -ffp-contract=off), so a prefill computes the
+// same on every CPU.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
 // The kernels' vector paths, one source per family and instruction set, as ggml keeps its own:
 // ops/x86/ (AVX2/FMA/F16C and AVX-512, compiled on x86-64 only) and ops/arm/ (NEON, on aarch64
 // only). Each family's source in ops/ calls them from one dispatch point per entry and keeps
-// the portable loops. Every x86 entry carries its instruction sets in its declaration as in its
-// definition (with GCC, differing target attributes would declare two versions of a function).
+// the portable loops. Every entry compiled for instructions of its own (all x86 ones, the arm
+// dot-product one) carries them in its declaration as in its definition (with GCC, differing
+// target attributes would declare two versions of a function).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,17 @@ KAZEIA_AVX512_FN void pair_kernel_avx512(int64_t cols, const ggml_fp16_t *a, con
 // The attention (x86/attention.cpp): attention_row compiled for AVX2/FMA.
 KAZEIA_AVX2_FN void attention_row_avx2(const AttentionRow &a, int64_t t);
 
+// The q8_0 GEMM (x86/q8_gemm.cpp): the repacking of Q8_GEMM_ROWS weight rows (w_row_bytes
+// apart, nb blocks each) into `p`, for both paths; y[(j0 + c) * M + r] for the panel's rows r
+// and `cols` <= Q8_MAX_COLS columns j0 + c, by AVX2 (signed products) or AVX-512 VNNI (the
+// panel packed with flip: unsigned weights).
+KAZEIA_Q8_AVX2_FN void q8_pack_avx2(Q8Panel &p, const char *w, int64_t w_row_bytes, int64_t nb,
+                                    bool flip);
+KAZEIA_Q8_AVX2_FN void q8_panel_avx2(int cols, const Q8Panel &p, const Q8Columns &x, int64_t j0,
+                                     float *y, int64_t M);
+KAZEIA_Q8_VNNI_FN void q8_panel_vnni(int cols, const Q8Panel &p, const Q8Columns &x, int64_t j0,
+                                     float *y, int64_t M);
+
 }  // namespace x86
 #elif KAZEIA_NEON
 namespace arm {
@@ -52,6 +64,9 @@ void tile_kernel_neon(int64_t cols, const float *a, const float *const b[CONV_NR
 void tile_kernel_neon(int64_t cols, const ggml_fp16_t *a, const float *const b[CONV_NR],
                       int64_t kc, float acc[CONV_NR][CONV_PANEL]);
 void attention_row_neon(const AttentionRow &a, int64_t t);
+// The q8_0 GEMM's panel products on the dot-product instructions, where the CPU has them.
+KAZEIA_DOTPROD_FN void q8_panel_dotprod(int cols, const Q8Panel &p, const Q8Columns &x,
+                                        int64_t j0, float *y, int64_t M);
 
 }  // namespace arm
 #endif

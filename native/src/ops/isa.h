@@ -20,8 +20,15 @@
 #define KAZEIA_AVX2 1
 #define KAZEIA_AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #define KAZEIA_AVX512_FN __attribute__((target("avx512f,avx2,fma,f16c")))
+// The q8_0 GEMM's paths (AVX2, AVX-512 VNNI), chosen at run time by ops/q8_gemm.cpp. No FMA
+// among their instructions: their float steps stay separate multiplies and adds.
+#define KAZEIA_Q8_AVX2_FN __attribute__((target("avx2,f16c")))
+#define KAZEIA_Q8_VNNI_FN __attribute__((target("avx2,f16c,avx512f,avx512vl,avx512vnni")))
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define KAZEIA_NEON 1
+// The q8_0 GEMM's dot-product path: not every AArch64 CPU has the instructions, so it is
+// compiled function by function for them and chosen at run time (ops/q8_gemm.cpp).
+#define KAZEIA_DOTPROD_FN __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 
 namespace kazeia {

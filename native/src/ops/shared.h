@@ -1,14 +1,17 @@
 // What a kernel family's portable loops (ops/*.cpp) and its vector paths (ops/x86/, ops/arm/)
 // both use, written once: SnakeBeta's scalar sin^2, the conv GEMM's tile shape, the attention's
-// row. Each is inlined where it is used, so a vector path compiles it for its own instructions.
+// row, the q8_0 GEMM's operands. Each is inlined where it is used, so a vector path compiles it
+// for its own instructions.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "ops.h"
+#include "q8_gemm.h"
 
 namespace kazeia {
 
@@ -118,5 +121,54 @@ __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, 
         for (int64_t d = 0; d < a.hd; ++d) o0[h * a.hd + d] *= inv;
     }
 }
+
+// The q8_0 GEMM (ops/q8_gemm.cpp): ggml's block_q8_0 (ggml-common.h is not installed), 32
+// weights and their fp16 scale.
+inline constexpr int64_t Q8_QK = 32;
+struct Q8Block {
+    ggml_fp16_t d;
+    int8_t qs[Q8_QK];
+};
+static_assert(sizeof(Q8Block) == 34, "block_q8_0 is an fp16 scale and 32 int8");
+
+inline constexpr int64_t Q8_GROUPS = Q8_QK / 4;  // 4-byte groups per block: one integer dot each
+inline constexpr int Q8_MAX_COLS = 8;             // columns a micro-kernel holds in registers
+
+// The activations, unpacked once per product: int8 values [n][K], scales [n][K/32] and, for the
+// VNNI path (unsigned x signed products), -128 * the sum of each block.
+struct Q8Columns {
+    int64_t K = 0, nb = 0;
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    std::vector<int32_t> offset;
+    int32_t word(int64_t j, int64_t b, int64_t g) const {
+        int32_t v;
+        std::memcpy(&v, &q[j * K + b * Q8_QK + g * 4], 4);
+        return v;
+    }
+};
+
+// Q8_GEMM_ROWS weight rows repacked: word (b, g, r) holds bytes 4g..4g+3 of row r's block b, so
+// that one 32-bit lane is one row; packed with `flip`, every byte has 128 added (the VNNI path's
+// unsigned operand).
+struct Q8Panel {
+    std::vector<uint32_t> q;  // [nb][Q8_GROUPS][Q8_GEMM_ROWS]
+    std::vector<float> d;     // [nb][Q8_GEMM_ROWS]
+};
+
+// One instance per column count (C is a constant: the loops unroll), called with the arguments
+// that follow the kernel's name; `cols` (1..Q8_MAX_COLS) is the caller's.
+#define KAZEIA_Q8_COLUMN_CASES(kernel, ...)                       \
+    static_assert(Q8_MAX_COLS == 8, "one case per column count"); \
+    switch (cols) {                                               \
+        case 1: return kernel<1>(__VA_ARGS__);                    \
+        case 2: return kernel<2>(__VA_ARGS__);                    \
+        case 3: return kernel<3>(__VA_ARGS__);                    \
+        case 4: return kernel<4>(__VA_ARGS__);                    \
+        case 5: return kernel<5>(__VA_ARGS__);                    \
+        case 6: return kernel<6>(__VA_ARGS__);                    \
+        case 7: return kernel<7>(__VA_ARGS__);                    \
+        default: return kernel<8>(__VA_ARGS__);                   \
+    }
 
 }  // namespace kazeia
