@@ -1,4 +1,5 @@
-"""The decoder bench's account of the weights a one-frame push reads, and its bandwidth probe."""
+"""The decoder bench's account of the weights a one-frame push reads, its bandwidth probe, and
+the engine bench's player at real time (its prebuffer table)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from kazeia_dev.bench.decoder import (
     gguf_u32_list,
     streamed_weight_mb,
 )
+from kazeia_dev.bench.engine_report import _player_lines
+from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
 
 from wyoming_kazeia import _native
+from wyoming_kazeia.pacing import Prebuffer, SpeechRates
 
 
 @pytest.mark.parametrize("model", ["tiny-0.6b", "tiny-1.7b"])
@@ -45,3 +49,68 @@ def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:
     assert 0.1 < _native.testing.read_bandwidth(16, 2) < 10_000  # GB/s
     with pytest.raises(ValueError, match="read_bandwidth"):
         _native.testing.read_bandwidth(0, 2)
+
+
+def stream(rate: float, n: int, chunk_s: float = 0.32) -> list[Chunk]:
+    """A synthesis's `n` chunks of `chunk_s` seconds produced at `rate` seconds of audio per
+    second, the first one second after the request."""
+    return [(1.0 + i * chunk_s / rate, chunk_s) for i in range(n)]
+
+
+def test_a_player_runs_dry_when_the_chunks_come_late() -> None:
+    assert underruns([]) == (0, 0.0)
+    assert underruns(stream(1.0, 20)) == (0, 0.0)  # each chunk as the last one ends
+    count, silent = underruns([(0.0, 1.0), (1.5, 1.0), (2.5, 1.0), (4.0, 1.0)])
+    assert count == 2 and silent == pytest.approx(1.0)  # 0.5 s before the 2nd and the 4th
+
+
+def test_the_hold_lets_a_slow_stream_out_without_a_gap() -> None:
+    chunks = stream(0.5, 30)  # 9.6 s of audio in 19.2 s
+    rates = SpeechRates()
+    for _ in range(20):  # earlier answers of the same length and rate
+        rates.learn(100, 9.6, 19.2)
+    figures = player_figures(chunks, rates, 100)
+    # As they come, the player waits 0.32 s before each chunk after the first.
+    assert figures["underruns"] == 29 and figures["silence_s"] == pytest.approx(29 * 0.32)
+    assert figures["prebuffer_underruns"] == 0 and figures["prebuffer_silence_s"] == 0.0
+    assert 0 < figures["prebuffer_held_s"] < 19.2 - 1.0  # not the whole answer
+    # What the hold let out: every chunk, in order, none before it came.
+    out = let_out(chunks, Prebuffer(rates, 100))
+    assert [s for _, s in out] == [s for _, s in chunks]
+    assert all(went >= came for (went, _), (came, _) in zip(out, chunks, strict=True))
+
+
+def test_nothing_is_held_on_a_fast_box() -> None:
+    rates = SpeechRates()
+    rates.learn(None, 4.0, 2.0)  # the warm-up: twice real time
+    figures = player_figures(stream(2.0, 20), rates, 60)
+    assert figures == {
+        "underruns": 0,
+        "silence_s": 0.0,
+        "prebuffer_underruns": 0,
+        "prebuffer_silence_s": 0.0,
+        "prebuffer_held_s": 0.0,
+    }
+
+
+def test_the_prebuffer_table_has_a_line_per_streaming_row() -> None:
+    timing = {"total_s": 9.0, "ttfa_s": 1.0, "audio_s": 6.0}
+    player = {
+        "underruns": 7,
+        "silence_s": 2.5,
+        "prebuffer_underruns": 0,
+        "prebuffer_silence_s": 0.0,
+        "prebuffer_held_s": 2.75,
+    }
+    runs = [{"prebuffer_underruns": n} for n in (3, 0, 0)]  # the first answer's estimate short
+    row = {**timing, **player, "runs": runs}
+    result = {
+        "rows": {"oneshot": timing, "stream_k4": row},
+        "loaded_rows": {"oneshot": {"failed": "timed out"}, "stream_k4": row},
+    }
+    lines = _player_lines(result)
+    assert lines[-2:] == [
+        "| stream k=4 | 0.75 | 7 | 2.50 | 0 (3) | 0.00 | 2.75 |",
+        "| stream k=4 loaded | 0.75 | 7 | 2.50 | 0 (3) | 0.00 | 2.75 |",
+    ]
+    assert _player_lines({"rows": {"oneshot": timing}, "loaded_rows": {}}) == []

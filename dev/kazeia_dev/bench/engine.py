@@ -71,9 +71,10 @@ def add_parser(subparsers: Any) -> None:
             "one-shot (stream_chunk 0), streaming with --chunks, and the subprocess decoder, "
             "each in a fresh process (a warm-up synthesis, then medians over --repeats): "
             "decoder / talker / code-predictor seconds, total, RTF, time to first audio, peak "
-            "RSS. Then the same rows again beside --load-procs busy processes (--no-load to "
-            "skip): slowdown loaded / unloaded. Prints a markdown table (or JSON with --json) "
-            "on stdout."
+            "RSS; for each streaming row, a player at real time's underruns as the chunks come "
+            "and through the service's prebuffer, and its hold. Then the same rows again "
+            "beside --load-procs busy processes (--no-load to skip): slowdown loaded / "
+            "unloaded. Prints a markdown table (or JSON with --json) on stdout."
         ),
     )
     _add_model_options(p)

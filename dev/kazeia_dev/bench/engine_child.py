@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from wyoming_kazeia.pacing import SpeechRates
 from wyoming_kazeia.settings import EngineSettings
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import logger
+from .player import Chunk, player_figures
 
 # The cloned-voice rows' reference recording's transcript.
 REF_TEXT = "Good morning, my dear. Did you sleep well last night?"
@@ -40,25 +42,25 @@ WHOLE_FRAMES_COMPARED = 16  # frames after the first, per run of each mode
 
 def _synthesis_run(
     engine: Any, args: argparse.Namespace, voice: Any = None, **overrides: Any
-) -> tuple[dict[str, float], np.ndarray]:
-    """One synthesis, consumed as a caller would; returns (metrics, int16 audio)."""
+) -> tuple[dict[str, float], np.ndarray, list[Chunk]]:
+    """One synthesis, consumed as a caller would; returns (metrics, int16 audio, each chunk's
+    arrival in seconds after the call and its length in seconds)."""
     t0 = time.perf_counter()
     if voice is None:
         s = engine.synthesize(args.text, speaker=args.speaker, language=args.language, **overrides)
     else:
         s = engine.synthesize(args.text, language=args.language, voice=voice, **overrides)
     chunks: list[np.ndarray] = []
-    t_first = None
+    arrivals: list[Chunk] = []
     for chunk in s:
-        if t_first is None:
-            t_first = time.perf_counter()
+        arrivals.append((time.perf_counter() - t0, len(chunk) / engine.sample_rate))
         chunks.append(chunk)
     wall = time.perf_counter() - t0
     metrics: dict[str, float] = dict(s.metrics.as_dict())
     metrics["wall_s"] = wall
-    metrics["first_chunk_wall_s"] = float("nan") if t_first is None else t_first - t0
+    metrics["first_chunk_wall_s"] = arrivals[0][0] if arrivals else float("nan")
     audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
-    return metrics, audio
+    return metrics, audio, arrivals
 
 
 def child_engine(args: argparse.Namespace) -> dict[str, Any]:
@@ -87,7 +89,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         _synthesis_run(beside, args)
     cold, decoder_peak_mb = _warm_up(engine, args, voice)
     logger.info("warm-up: first audio %.0f ms, total %.2f s", 1e3 * cold["ttfa_s"], cold["total_s"])
-    runs, audios = _timed_runs(engine, args, voice)
+    runs, audios = _timed_runs(engine, args, voice, cold)
     np.save(args.out, audios[-1])
     # The memory-floor line's figures: the generator with nothing decoding beside it (in the
     # subprocess row, whose process holds no decoder).
@@ -150,7 +152,7 @@ def _warm_up(engine: Any, args: argparse.Namespace, voice: Any) -> tuple[dict[st
                 *command,
             ]
         warm = {"max_frames": args.warmup_frames} if args.warmup_frames else {}
-        cold, _ = _synthesis_run(engine, args, voice, **warm)
+        cold, _, _ = _synthesis_run(engine, args, voice, **warm)
         engine.decoder_command = command
         if peak_file.is_file():
             decoder_peak_mb = max(int(x) for x in peak_file.read_text().split()) / 1024.0
@@ -158,18 +160,23 @@ def _warm_up(engine: Any, args: argparse.Namespace, voice: Any) -> tuple[dict[st
 
 
 def _timed_runs(
-    engine: Any, args: argparse.Namespace, voice: Any
+    engine: Any, args: argparse.Namespace, voice: Any, cold: dict[str, float]
 ) -> tuple[list[dict[str, float]], list[np.ndarray]]:
-    """The ``--repeats`` timed syntheses: their metrics and audio."""
+    """The ``--repeats`` timed syntheses: their metrics and audio; a streaming row's also with
+    a player's figures (``player.player_figures``)."""
+    rates = _warm_rates(cold) if args.chunk > 0 else None
     runs: list[dict[str, float]] = []
     audios: list[np.ndarray] = []
     for i in range(args.repeats):
-        metrics, audio = _synthesis_run(engine, args, voice)
+        metrics, audio, arrivals = _synthesis_run(engine, args, voice)
+        if rates is not None:  # its hold with what the syntheses before it taught
+            metrics.update(player_figures(arrivals, rates, len(args.text)))
+            _learn(rates, metrics, len(args.text))
         runs.append(metrics)
         audios.append(audio)
         logger.info(
             "run %d/%d: %d frames, %d chunks, first audio %.0f ms, total %.2f s (decoder %.2f, "
-            "talker %.2f, code predictor %.2f)",
+            "talker %.2f, code predictor %.2f)%s",
             i + 1,
             args.repeats,
             metrics["n_frames"],
@@ -179,8 +186,33 @@ def _timed_runs(
             metrics["decoder_s"],
             metrics["talker_s"],
             metrics["predictor_s"],
+            _player_note(metrics),
         )
     return runs, audios
+
+
+def _warm_rates(cold: dict[str, float]) -> SpeechRates:
+    """The prebuffer's rates after the warm-up, taught as the service teaches them."""
+    rates = SpeechRates()
+    _learn(rates, cold, None)
+    return rates
+
+
+def _learn(rates: SpeechRates, metrics: dict[str, float], chars: int | None) -> None:
+    """What the service learns from a finished synthesis (None: the warm-up, its rate only)."""
+    rates.learn(chars, metrics["audio_s"], metrics["total_s"] - metrics["ttfa_s"])
+
+
+def _player_note(metrics: dict[str, float]) -> str:
+    """A run's player figures for its log line (none for the one-shot row)."""
+    if "underruns" not in metrics:
+        return ""
+    return (
+        f"; a player at real time: {metrics['underruns']:.0f} underruns "
+        f"({metrics['silence_s']:.2f} s silent) as it comes, "
+        f"{metrics['prebuffer_underruns']:.0f} prebuffered (held "
+        f"{metrics['prebuffer_held_s']:.2f} s)"
+    )
 
 
 def _run_figures(

@@ -1,0 +1,66 @@
+"""A player at real time fed a synthesis's chunks: how often it runs dry, as the chunks come and
+let out through the service's prebuffer (``wyoming_kazeia.pacing.Prebuffer``, the one hold).
+
+The engine bench's streaming rows report these figures; the player is the one the prebuffer's
+tests simulate: it starts with the first audio it gets and plays at real time, and a chunk let
+out after the player needed it is an underrun (the player waits for it, then goes on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from wyoming_kazeia.pacing import Prebuffer, SpeechRates
+
+Chunk = tuple[float, float]  # (seconds since the request it came or went out at, audio seconds)
+
+# A chunk needed this long before it came is an audible gap (below: the clock's jitter).
+GAP_S = 0.005
+
+
+def underruns(chunks: Sequence[Chunk]) -> tuple[int, float]:
+    """A player at real time that starts with the first chunk: how often it ran dry, and for
+    how long in all (seconds of silence)."""
+    if not chunks:
+        return 0, 0.0
+    start, played, count, silent = chunks[0][0], 0.0, 0, 0.0
+    for at, seconds in chunks:
+        late = at - (start + played)
+        if late > GAP_S:
+            count, silent, start = count + 1, silent + late, start + late
+        played += seconds
+    return count, silent
+
+
+def let_out(chunks: Sequence[Chunk], hold: Prebuffer) -> list[Chunk]:
+    """The chunks as the hold lets them out, fed to it as they come (as the service's handler
+    does): each with the time it went out. The last chunk's arrival completes the answer."""
+    out: list[Chunk] = []
+    waiting: list[float] = []
+    for at, seconds in chunks:
+        hold.add(seconds, at)
+        waiting.append(seconds)
+        if hold.ready(at):
+            out += [(at, s) for s in waiting]
+            waiting = []
+    if chunks:
+        end = chunks[-1][0]
+        hold.release(end)
+        out += [(end, s) for s in waiting]
+    return out
+
+
+def player_figures(chunks: Sequence[Chunk], rates: SpeechRates, chars: int) -> dict[str, float]:
+    """One synthesis of ``chars`` characters played at real time: its underruns and seconds of
+    silence as it comes, and through a Prebuffer with ``rates`` (as the service has learned
+    them before it): its underruns, silence and hold (the first audio's added delay)."""
+    hold = Prebuffer(rates, chars)
+    count, silent = underruns(chunks)
+    held_count, held_silent = underruns(let_out(chunks, hold))
+    return {
+        "underruns": count,
+        "silence_s": silent,
+        "prebuffer_underruns": held_count,
+        "prebuffer_silence_s": held_silent,
+        "prebuffer_held_s": hold.held_s,
+    }
