@@ -30,6 +30,8 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
+from .answers import Answer, AudioStream
+from .connections import Connections
 from .errors import (
     KazeiaError,
     NotReadyError,
@@ -43,14 +45,12 @@ from .errors import (
 from .events import MAX_DATA_BYTES, parse_event, read_event
 from .pacing import Prebuffer
 from .sentences import StreamSentences, sentences_in_turns, ssml_sentences
-from .service import Answer, AudioStream, TtsService
+from .service import TtsService
 from .speakable import Pause
 
 _LOGGER = logging.getLogger(__name__)
 
 WIDTH, CHANNELS = 2, 1
-# How long the connection bound waits for the idlest connection it closed to leave.
-CLOSE_WAIT_S = 5.0
 # How often a connection whose input ended is probed (an empty audio-chunk) while its audio
 # flows: a client gone entirely is found within two probes.
 PROBE_S = 0.05
@@ -96,51 +96,6 @@ _ERROR_CODES: dict[type[Exception], str] = {
     SlowClientError: "client-too-slow",
     SsmlError: "bad-request",
 }
-
-
-class Connections:
-    """The open connections of a server, bounded: at the bound, a new connection takes the
-    place of the one idle the longest (a client holding connections open cannot lock others
-    out); when every connection is busy speaking, it is refused with `server-busy`."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._open: dict[KazeiaEventHandler, float] = {}  # -> when it was last active
-        self._left = asyncio.Event()  # set when a connection leaves
-
-    async def room(self) -> None:
-        """Returns when one more connection may be accepted: at the bound, once the idlest
-        has been closed (its file released), or a connection has left; when every one is busy
-        speaking, one more is let in to be refused."""
-        while len(self._open) >= self.limit:
-            idle = [h for h in self._open if not h.busy]
-            if not idle:
-                return  # accepted to be told server-busy
-            oldest = min(idle, key=self._open.__getitem__)
-            _LOGGER.info("connection limit (%d): closing the idlest, %s", self.limit, oldest.peer)
-            self._left.clear()
-            oldest.writer.close()
-            # Its handler leaves once its reader sees the close; if it does not (a transport
-            # that never finishes closing), the loop looks again rather than wait forever.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._left.wait(), CLOSE_WAIT_S)
-
-    def enter(self, handler: KazeiaEventHandler) -> bool:
-        """Counts `handler` in (again: no change); False when the bound leaves no room."""
-        if handler in self._open:
-            return True
-        if len(self._open) >= self.limit:
-            return False
-        self._open[handler] = time.monotonic()
-        return True
-
-    def touch(self, handler: KazeiaEventHandler) -> None:
-        if handler in self._open:
-            self._open[handler] = time.monotonic()
-
-    def leave(self, handler: KazeiaEventHandler) -> None:
-        if self._open.pop(handler, None) is not None:
-            self._left.set()
 
 
 class KazeiaEventHandler(AsyncEventHandler):

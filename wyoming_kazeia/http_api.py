@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 from aiohttp import web
 
 from . import audio_encoding
+from .answers import AudioStream
 from .errors import (
     EngineError,
     InputError,
@@ -55,7 +56,7 @@ from .health_check import verdict
 from .pacing import Prebuffer
 from .sentences import StreamSentences
 from .server import build_info
-from .service import AudioStream, TtsService
+from .service import TtsService
 from .speakable import Pause
 
 _LOGGER = logging.getLogger(__name__)

@@ -243,6 +243,17 @@ class MqttBridge:
                 format(getattr(service.status.last, attr), fmt) if service.status.served else "None"
             )
 
+        def setting_switch(key: str, name: str, icon: str) -> _Entity:
+            """A switch of a boolean engine setting."""
+            return _Entity(
+                "switch",
+                key,
+                name,
+                lambda: "ON" if getattr(service.settings, key) else "OFF",
+                lambda text: self._set(**{key: _switch(text)}),
+                {"entity_category": "config", "icon": icon},
+            )
+
         diagnostic = {"entity_category": "diagnostic"}
         return [
             _Entity(
@@ -293,22 +304,8 @@ class MqttBridge:
                     "icon": "mdi:waveform",
                 },
             ),
-            _Entity(
-                "switch",
-                "speakable_text",
-                "Speakable text",
-                lambda: "ON" if service.settings.speakable_text else "OFF",
-                lambda text: self._set(speakable_text=_switch(text)),
-                {"entity_category": "config", "icon": "mdi:format-clear"},
-            ),
-            _Entity(
-                "switch",
-                "prebuffer",
-                "Prebuffer slow answers",
-                lambda: "ON" if service.settings.prebuffer else "OFF",
-                lambda text: self._set(prebuffer=_switch(text)),
-                {"entity_category": "config", "icon": "mdi:timer-sand"},
-            ),
+            setting_switch("speakable_text", "Speakable text", "mdi:format-clear"),
+            setting_switch("prebuffer", "Prebuffer slow answers", "mdi:timer-sand"),
             _Entity(
                 "number",
                 "temperature",

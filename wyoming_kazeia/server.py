@@ -19,8 +19,9 @@ from wyoming.info import Attribution, Info, TtsProgram, TtsVoice
 from wyoming.server import AsyncServer, AsyncTcpServer
 
 from . import __version__
+from .connections import Connections
 from .events import MAX_HEADER_BYTES
-from .handler import Connections, KazeiaEventHandler
+from .handler import KazeiaEventHandler
 from .health_check import loading_description
 from .service import TtsService
 from .voices import DEFAULT_SPEAKER, LANGUAGE_CODES, language_code_of

@@ -8,33 +8,30 @@ when full (the client gets an `error`, never a hang).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
+from .answers import END, Answer, AudioStream, Job, Queued
 from .daemon_thread import in_daemon_thread
 from .engine import Engine, VoicePrompt, resolve_placements
 from .errors import (
     NotReadyError,
     ServiceBusyError,
-    SlowClientError,
     VoiceError,
 )
 from .model_voices import LibraryLook, ModelVoices, VoiceModel
 from .pacing import SpeechRates
 from .settings import EngineSettings
 from .speakable import Pause
-from .synthesis import Synthesis, SynthesisMetrics
+from .synthesis import SynthesisMetrics
 from .voices import Choice, VoiceCatalog
 from .voices.library import StoredVoice, VoiceLibrary
 
 _LOGGER = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -45,134 +42,11 @@ class ServiceStatus:
     last: SynthesisMetrics = field(default_factory=SynthesisMetrics)
 
 
-_END = object()
-
 # How long a request or `describe` waits for a look at the voice library (a worker thread reads
 # it) before going on with the voices known so far.
 LIBRARY_DEADLINE_S = 2.0
 # Bounds of the engine thread's waits: it looks at the stop flag at least this often.
 POLL_S = 0.5
-
-
-class Answer:
-    """A request's place in the queue, from its arrival to its end: one one-shot text or one
-    stream, however many sentences. Close it when the request ends or its client leaves: what
-    it still has queued is dropped and its running sentence is cancelled."""
-
-    def __init__(self, service: TtsService, peer: str = "") -> None:
-        self._service = service
-        self.peer = peer  # who asked, for the log
-        self.started = False  # the engine has begun one of its sentences
-        self.closed = False
-        # Audio of its sentences produced and not yet taken by the client, bounded by the
-        # service's max_unsent_bytes: one bound per request, however many sentences.
-        self.unsent = 0
-        self.lock = threading.Lock()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._service._release(self)
-
-
-class _Job:
-    """The sentences of one text, spoken one after the other into one audio stream; the engine
-    thread runs them, the event loop consumes their audio."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, answer: Answer, max_unsent: int) -> None:
-        self.loop = loop
-        self.audio: asyncio.Queue[Any] = asyncio.Queue()
-        self.cancelled = threading.Event()
-        self.synthesis: Synthesis | None = None
-        self.lock = threading.Lock()  # orders cancel() against the synthesis being set
-        self.answer = answer
-        self.max_unsent = max_unsent
-
-    def call(self, fn: Callable[..., None], *args: Any) -> None:
-        """Runs fn on the event loop (the audio queue and the service's status live there);
-        nothing once the loop is closed (no one is left to listen)."""
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(fn, *args)
-
-    def put(self, item: Any) -> None:
-        self.call(self.audio.put_nowait, item)
-
-    def put_audio(self, pcm: bytes) -> bool:
-        """Hands audio to the client's side; False (and the synthesis cancelled) when the
-        client has left more than max_unsent bytes unread."""
-        with self.answer.lock:
-            self.answer.unsent += len(pcm)
-            unsent = self.answer.unsent
-        if unsent > self.max_unsent:
-            self.cancelled.set()
-            self.put(
-                SlowClientError(
-                    f"the client left {unsent >> 20} MB of audio unread: its synthesis is cancelled"
-                )
-            )
-            return False
-        self.put(pcm)
-        return True
-
-    def taken(self, n: int) -> None:
-        with self.answer.lock:
-            self.answer.unsent -= n
-
-    def attach(self, synthesis: Synthesis) -> None:
-        """Engine thread: the synthesis the job runs (cancelled at once if the job was)."""
-        with self.lock:
-            self.synthesis = synthesis
-        if self.cancelled.is_set():
-            synthesis.cancel()
-
-    def cancel(self) -> None:
-        """Any thread: the synthesis stops within one frame (or never starts)."""
-        self.cancelled.set()
-        with self.lock:
-            synthesis = self.synthesis
-        if synthesis is not None:  # outside the lock: the lock guards only the reference
-            synthesis.cancel()
-
-
-@dataclass
-class _Queued:
-    """A text's sentences waiting for the engine."""
-
-    job: _Job
-    sentences: list[str | Pause]
-    choice: Choice
-    answer: Answer
-    own: bool  # the answer was made for this sentence alone (closed when it ends)
-
-
-class AudioStream:
-    """int16 PCM bytes of one synthesis, as the engine yields them. Closing it early cancels
-    the synthesis: the engine thread stops it within one frame and joins its threads before it
-    takes the next request. A stream that is dropped unclosed runs to its end (its answer's
-    close cancels it)."""
-
-    def __init__(self, job: _Job) -> None:
-        self._job = job
-
-    def __aiter__(self) -> AudioStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        item = await self._job.audio.get()
-        if item is _END:
-            self._job.audio.put_nowait(_END)  # stays ended
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            self._job.audio.put_nowait(_END)
-            raise item
-        self._job.taken(len(item))
-        return bytes(item)
-
-    async def aclose(self) -> None:
-        self._job.cancel()
-
-    def cancel(self) -> None:
-        self._job.cancel()
 
 
 class TtsService:
@@ -227,8 +101,8 @@ class TtsService:
         self._listeners: list[Callable[[], None]] = []
         # The engine thread's work, in arrival order; it picks the next sentence of the answer
         # it just spoke first, then those of answers it has begun, then the oldest (_pick).
-        self._jobs: deque[_Queued] = deque()
-        self._running: _Queued | None = None
+        self._jobs: deque[Queued] = deque()
+        self._running: Queued | None = None
         self._last: Answer | None = None
         self._work = threading.Condition()
         self._stopping = False
@@ -440,7 +314,7 @@ class TtsService:
             _LOGGER.debug("answer for %s closed: %d texts dropped", answer.peer, dropped)
             self._update(queue_depth=len(self._jobs))
 
-    def _cancel(self, match: Callable[[_Queued], bool]) -> int:
+    def _cancel(self, match: Callable[[Queued], bool]) -> int:
         """Drops the queued texts that `match` and cancels the running one if it does (any
         thread); how many were dropped."""
         with self._work:
@@ -450,7 +324,7 @@ class TtsService:
             running = self._running if self._running is not None and match(self._running) else None
         for queued in dropped:
             queued.job.cancel()
-            queued.job.put(_END)
+            queued.job.put(END)
         if running is not None:
             running.job.cancel()
         return len(dropped)
@@ -479,21 +353,21 @@ class TtsService:
         loop = asyncio.get_running_loop()
         sentences = [s for s in sentences if isinstance(s, Pause) or s.strip()]
         if not sentences:  # nothing to say: an empty stream, the engine is not involved
-            job = _Job(loop, answer or Answer(self), self.max_unsent_bytes)
-            job.audio.put_nowait(_END)
+            job = Job(loop, answer or Answer(self), self.max_unsent_bytes)
+            job.audio.put_nowait(END)
             return AudioStream(job)
         own = answer is None
         if answer is None:
             answer = self.admit()
-        job = _Job(loop, answer, self.max_unsent_bytes)
+        job = Job(loop, answer, self.max_unsent_bytes)
         with self._work:
-            self._jobs.append(_Queued(job, sentences, chosen, answer, own))
+            self._jobs.append(Queued(job, sentences, chosen, answer, own))
             self._work.notify()
             depth = len(self._jobs)
         self._update(queue_depth=depth)
         return AudioStream(job)
 
-    def _pick(self) -> _Queued:
+    def _pick(self) -> Queued:
         """The next text: of the answer just spoken, else of an answer already begun (an
         answer is never split by other requests), else the oldest. Holds self._work."""
         for rule in (lambda q: q.answer is self._last, lambda q: q.answer.started):
@@ -517,7 +391,7 @@ class TtsService:
                 queued.answer.started = True
             self._run(queued)
 
-    def _run(self, queued: _Queued) -> None:
+    def _run(self, queued: Queued) -> None:
         """Engine thread: a text's sentences, start to end (an answer of its own closes at the
         end)."""
         job = queued.job
@@ -537,10 +411,10 @@ class TtsService:
             _LOGGER.warning("synthesis failed: %s", err)
             job.put(err)
         finally:
-            job.put(_END)
+            job.put(END)
             job.call(self._ended, own)
 
-    def _speak(self, queued: _Queued, text: str) -> None:
+    def _speak(self, queued: Queued, text: str) -> None:
         """Engine thread: one sentence; its start and end are logged (at DEBUG) with the peer
         it is for: the service's record of what it synthesized for whom."""
         job, choice = queued.job, queued.choice
