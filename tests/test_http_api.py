@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,6 +314,47 @@ def test_malformed_bodies_are_refused_in_openais_shape(
     assert error["code"] == code and error["message"] and error["type"]
 
 
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
+)
+def test_a_body_that_is_not_declared_json_is_refused(server: HttpServer, content_type: str) -> None:
+    """Another site's page can send these without asking the browser; JSON it cannot."""
+    response = http(
+        "POST",
+        server.url + "/v1/audio/speech",
+        data=b'{"input": "Hello.", "response_format": "pcm"}',
+        headers={"Content-Type": content_type},
+        timeout=30,
+    )
+    assert response.status == 415, response.text
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert server.service.status.served == 0  # nothing was spoken
+
+
+def test_a_change_from_another_sites_page_is_refused(server: HttpServer) -> None:
+    body = b'{"input": "Hello.", "response_format": "pcm"}'
+    json_type = {"Content-Type": "application/json"}
+    url = server.url + "/v1/audio/speech"
+    foreign = http("POST", url, data=body, headers={**json_type, "Origin": "http://evil.example"})
+    assert foreign.status == 403 and foreign.json()["error"]["code"] == "cross_origin"
+    own = urllib.parse.urlparse(server.url).netloc
+    same = http("POST", url, data=body, headers={**json_type, "Origin": f"http://{own}"})
+    assert same.status == 200 and len(same.body) == FRAMES * HOP * 2
+    # Home Assistant's ingress proxy forwards the page's own origin, Home Assistant's.
+    ingress = {**json_type, "Origin": "http://homeassistant.local:8123", "X-Ingress-Path": "/x"}
+    assert http("POST", url, data=body, headers=ingress).status == 200
+    # Reading is not a change: the page of another site learns nothing it can read (no CORS).
+    assert (
+        http("GET", server.url + "/health", headers={"Origin": "http://evil.example"}).status == 200
+    )
+
+
+def test_input_with_nothing_to_speak_is_a_400(server: HttpServer) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        speak(server, input="---\n<br>\n***")
+    assert refused.value.param == "input" and "nothing to speak" in refused.value.message
+
+
 def test_a_body_in_pieces_is_read_whole_and_one_that_stalls_is_refused(engine: Engine) -> None:
     """A body may come in several TCP segments; one that stops coming is refused after the
     idle timeout (408), and the server goes on."""
@@ -500,8 +542,11 @@ def test_the_page_is_served_with_relative_urls_and_under_an_ingress_path(
         timeout=10,
     )
     assert '<base href="/api/hassio_ingress/Ab-9_x/">' in ingress.text
-    hostile = http("GET", server.url + "/", headers={"X-Ingress-Path": '/x"><script>'}, timeout=10)
-    assert "<base" not in hostile.text
+    for hostile_path in ('/x"><script>', "//evil.example", "//evil.example/x"):
+        hostile = http(
+            "GET", server.url + "/", headers={"X-Ingress-Path": hostile_path}, timeout=10
+        )
+        assert "<base" not in hostile.text, hostile_path
     for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
         asset = http("GET", f"{server.url}/{name}", timeout=10)
         assert asset.status == 200 and asset.headers["Content-Type"].startswith(kind)

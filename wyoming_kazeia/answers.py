@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 END = object()
 
 
+class Silence(bytes):
+    """PCM of a pause (SSML's <break>): audio that takes no time to make, which the prebuffer
+    does not count in an answer's production rate."""
+
+
 class Answer:
     """A request's place in the queue, from its arrival to its end: one one-shot text or one
     stream, however many sentences. Close it when the request ends or its client leaves: what
@@ -135,7 +140,7 @@ class AudioStream:
             self._job.audio.put_nowait(END)
             raise item
         self._job.taken(len(item))
-        return bytes(item)
+        return item if isinstance(item, Silence) else bytes(item)
 
     async def aclose(self) -> None:
         self._job.cancel()

@@ -30,7 +30,7 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from .answers import Answer, AudioStream
+from .answers import Answer, AudioStream, Silence
 from .connections import Connections
 from .errors import (
     KazeiaError,
@@ -86,6 +86,7 @@ class _Hold:
     prebuffer: Prebuffer
     events: list[Event] = field(default_factory=list)
     opened: bool = False  # its first audio-start went out (at once: a gone client is found)
+    logged: bool = False  # its wait is in the log
 
 
 # The `error` code of each refusal; any other failure is "synthesis-failed".
@@ -162,6 +163,7 @@ class KazeiaEventHandler(AsyncEventHandler):
         self._stream_answer: Answer | None = None
         self._audio_open = False  # between an audio-start and its audio-stop
         self._hold: _Hold | None = None  # the current answer's held first audio
+        self._begun: Answer | None = None  # the answer whose audio began last
         self._stream_chars: dict[Answer | None, int] = {}  # a stream's text so far, by answer
         self.peer = str(writer.get_extra_info("peername") or "local")
         self._connections = connections
@@ -430,6 +432,7 @@ class KazeiaEventHandler(AsyncEventHandler):
             else:
                 await self._send(start, hold)
             started = self._audio_open = True
+            self._begun = utterance.answer
             async for pcm in audio:
                 pending += pcm
                 # Whole events of samples_per_chunk; the rest waits for more audio.
@@ -442,7 +445,7 @@ class KazeiaEventHandler(AsyncEventHandler):
                 if hold is not None and not hold.prebuffer.released:
                     now = time.monotonic()
                     rate = self.service.sample_rate * WIDTH * CHANNELS  # bytes per second
-                    hold.prebuffer.add(len(pcm) / rate, now)
+                    hold.prebuffer.add(len(pcm) / rate, now, isinstance(pcm, Silence))
                     if hold.prebuffer.ready(now):
                         await self._release(hold)
             if pending:
@@ -509,6 +512,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         if not (utterance.one_shot or utterance.ssml):
             if hold is not None and hold.answer is utterance.answer:
                 return None if hold.prebuffer.released else hold
+            if utterance.answer is self._begun:  # its audio flows already: no pause now
+                return None
             chars = self._stream_chars.get(utterance.answer, 0)
             pauses = 0.0
         else:
@@ -528,8 +533,9 @@ class KazeiaEventHandler(AsyncEventHandler):
 
     async def _release(self, hold: _Hold) -> None:
         """The held audio goes out, and from now on the answer's audio as it comes."""
-        if not hold.prebuffer.released:
-            hold.prebuffer.release(time.monotonic())
+        hold.prebuffer.release(time.monotonic())  # (ready() may have released it already)
+        if not hold.logged:
+            hold.logged = True
             if hold.prebuffer.held_s >= 0.1:
                 _LOGGER.info(
                     "first audio for %s held %.1f s: produced at %.2fx real time, "

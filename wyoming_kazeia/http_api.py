@@ -23,6 +23,7 @@ import base64
 import contextlib
 import dataclasses
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -37,7 +38,7 @@ from urllib.parse import urlparse
 from aiohttp import web
 
 from . import audio_encoding
-from .answers import AudioStream
+from .answers import AudioStream, Silence
 from .errors import (
     EngineError,
     InputError,
@@ -131,6 +132,14 @@ async def read_json(request: web.Request, limit: int = MAX_JSON_BYTES) -> dict[s
     RequestError otherwise."""
     if request.content_length is not None and request.content_length > limit:
         raise RequestError(f"the request body exceeds {limit} bytes", 413, "request_too_large")
+    # application/json only: a browser sends another site's form or text/plain body without
+    # asking, but JSON only after a CORS preflight, which this server does not allow.
+    if request.content_type != "application/json":
+        raise RequestError(
+            f"the request body must be application/json, not {quoted(request.content_type)}",
+            415,
+            "unsupported_media_type",
+        )
 
     async def read() -> bytes:
         data = bytearray()
@@ -208,6 +217,29 @@ class HttpApi:
             return error_response(EngineError(f"the request failed: {err}"))
 
     @web.middleware
+    async def same_origin(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """A request that changes something (POST, PUT, PATCH, DELETE) from a page of another
+        site is refused: a browser names the page's site in `Origin`, and another site may send
+        a form (an upload, say) without asking. Home Assistant's ingress proxy, which sends
+        X-Ingress-Path (a header no other site's page can add), is let through."""
+        origin = request.headers.get("Origin")
+        if (
+            origin
+            and request.method not in ("GET", "HEAD", "OPTIONS")
+            and "X-Ingress-Path" not in request.headers
+            and urlparse(origin).netloc.lower()
+            not in {request.host.lower(), request.headers.get("X-Forwarded-Host", "").lower()}
+        ):
+            raise RequestError(
+                f"{request.method} from the page of another site ({quoted(origin)}) is refused",
+                403,
+                "cross_origin",
+            )
+        return await handler(request)
+
+    @web.middleware
     async def auth(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
@@ -282,6 +314,12 @@ class HttpApi:
                 choice = dataclasses.replace(choice, instruct=instructions)
             split = StreamSentences(self.service.settings.speakable_text)
             sentences: list[str | Pause] = [*split.add(text), *split.finish()]
+            if not sentences:
+                raise RequestError(
+                    "'input' has nothing to speak once read as a person would (Markdown, links "
+                    "and tags are not read out)",
+                    param="input",
+                )
             audio = self.service.queue(sentences, choice, answer)
             first = await self._next(audio)  # the response starts with the first audio
             ttfa = time.monotonic() - start
@@ -364,7 +402,7 @@ class HttpApi:
         pcm: bytes | None = first
         while pcm is not None:
             now = time.monotonic()
-            hold.add(len(pcm) / bytes_per_second, now)
+            hold.add(len(pcm) / bytes_per_second, now, isinstance(pcm, Silence))
             if hold.ready(now):
                 break
             if request.transport is None or request.transport.is_closing():
@@ -449,11 +487,22 @@ class HttpApi:
         return web.Response(body=_web_file(name), content_type=_ASSETS[name], headers=_NO_CACHE)
 
 
-_INGRESS_PATH = re.compile(r"/[A-Za-z0-9_\-./]*")
+# A path of this server (never "//host": a base elsewhere).
+_INGRESS_PATH = re.compile(r"/(?!/)[A-Za-z0-9_\-./]*")
 _ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
 _NO_CACHE = {"Cache-Control": "no-cache"}
 # Paths open without the API key: the page's files (they hold no data) and the health check.
 _OPEN = {"/", "/index.html", "/health", *(f"/{name}" for name in _ASSETS)}
+
+
+def _loopback(host: str) -> bool:
+    """Whether an address to listen on is the loopback's only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _is_open(path: str) -> bool:
@@ -488,7 +537,9 @@ def build_app(
     from .http_voices import VoicePage
 
     api = HttpApi(service, api_key, idle_timeout)
-    app = web.Application(middlewares=[api.errors, api.auth], client_max_size=MAX_UPLOAD_BYTES)
+    app = web.Application(
+        middlewares=[api.errors, api.same_origin, api.auth], client_max_size=MAX_UPLOAD_BYTES
+    )
     app[IDLE_TIMEOUT] = idle_timeout or 0.0
     app.router.add_post("/v1/audio/speech", api.speech)
     app.router.add_get("/v1/audio/voices", api.voices)
@@ -547,6 +598,12 @@ async def serve_http(
         raise SettingsError(f"cannot listen on --http-uri {uri}: {err.strerror or err}") from None
     where = f"http://{parsed.netloc}/" if parsed.scheme == "tcp" else uri
     _LOGGER.info("HTTP API and web page on %s%s", where, " (API key required)" if api_key else "")
+    if parsed.scheme == "tcp" and not api_key and not _loopback(parsed.hostname or ""):
+        _LOGGER.warning(
+            "the HTTP API on %s takes requests from the network with no API key: anyone who "
+            "reaches it can synthesize and change your voices (--http-api-key)",
+            where,
+        )
     if ready is not None:
         ready.set()
     try:

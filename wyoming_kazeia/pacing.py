@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 # Seconds of audio per character of text before any synthesis has finished (about 14 characters
-# per second of speech in English); the warm-up synthesis at start replaces it.
+# per second of speech in English); the first finished synthesis replaces it.
 DEFAULT_SECONDS_PER_CHAR = 0.07
 # How much the last finished synthesis weighs in the running figures (an exponential average).
 LEARNING_WEIGHT = 0.3
@@ -78,20 +78,25 @@ class Prebuffer:
         self._pauses_s = pauses_s  # silences it holds besides speech (SSML breaks)
         self._first_at: float | None = None
         self._first_s = 0.0
+        self._silence_s = 0.0  # pauses after the first chunk: no time to make
         self.produced_s = 0.0
         self.released = False
         self.held_s = 0.0  # how long the first audio waited (for the log and the bench)
 
-    def add(self, seconds: float, now: float) -> None:
+    def add(self, seconds: float, now: float, silence: bool = False) -> None:
+        """A chunk of `seconds` came at `now`; `silence`: a pause (at hand, but made in no
+        time, so not part of the rate)."""
         if self._first_at is None:
             self._first_at, self._first_s = now, seconds
+        elif silence:
+            self._silence_s += seconds
         self.produced_s += seconds
 
     def rate(self, now: float) -> float | None:
         """The answer's production rate: measured once MEASURED_AFTER_S of audio came after the
         first chunk, else the last syntheses'."""
         if self._first_at is not None:
-            after = self.produced_s - self._first_s
+            after = self.produced_s - self._first_s - self._silence_s
             if after >= MEASURED_AFTER_S and now > self._first_at:
                 return after / (now - self._first_at)
         return self._prior_rate

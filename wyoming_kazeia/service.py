@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .answers import END, Answer, AudioStream, Job, Queued
+from .answers import END, Answer, AudioStream, Job, Queued, Silence
 from .daemon_thread import in_daemon_thread
 from .engine import Engine, VoicePrompt, resolve_placements
 from .errors import (
@@ -403,7 +403,7 @@ class TtsService:
                     break
                 if isinstance(text, Pause):
                     samples = round(text.seconds * self.sample_rate)
-                    if not job.put_audio(bytes(2 * samples)):  # int16 silence
+                    if not job.put_audio(Silence(2 * samples)):  # int16 silence
                         break
                     continue
                 self._speak(queued, text)
