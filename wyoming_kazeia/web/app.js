@@ -166,6 +166,8 @@ async function loadInfo() {
   }
   const note = $("clone-note");
   note.hidden = info.can_clone;
+  // Without a Base model the form can only fail: it waits, greyed, for one.
+  for (const control of $("add-voice").elements) control.disabled = !info.can_clone;
   note.textContent = "Cloning needs a Base model: start the server with " +
     "--voice-model Qwen/Qwen3-TTS-12Hz-0.6B-Base (the add-on's \"Model of your own voices\").";
 
