@@ -137,7 +137,7 @@ def test_rates_follow_the_finished_syntheses() -> None:
 
 # -- through the real server, on a box slower than real time ---------------------------------
 #
-# The full-size 0.6B in f32 (random weights) with two generator threads and one decoder thread
+# The full-size 0.6B in f32 (random weights) with one generator thread and one decoder thread
 # produces audio slower than real time on the 2-core machines we size for, quiet or not (its
 # code predictor alone reads its weights at about a third of real time): a real slow producer.
 # Random weights seldom say eos, so an answer is max_frames long (see the seed below).
@@ -157,7 +157,7 @@ def slow_server() -> Iterator[ServerThread]:
 
     model = ensure_model(default_cache_dir(), "0.6b", "f32")
     # Seed SEED: neither text draws an eos before ANSWER_FRAMES.
-    settings = EngineSettings(threads=2, decoder_threads=1, seed=SEED, max_frames=ANSWER_FRAMES)
+    settings = EngineSettings(threads=1, decoder_threads=1, seed=SEED, max_frames=ANSWER_FRAMES)
     running = ServerThread(TtsService(Engine(model, settings)), f"tcp://127.0.0.1:{free_port()}")
     yield running
     running.stop()
