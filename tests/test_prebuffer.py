@@ -139,7 +139,7 @@ def test_rates_follow_the_finished_syntheses() -> None:
 #
 # The full-size 0.6B in f32 (random weights) with one generator thread and one decoder thread
 # produces audio slower than real time on the 2-core machines we size for, quiet or not (its
-# code predictor alone reads its weights at about a third of real time): a real slow producer.
+# code predictor alone, reading f32 weights on one thread, is slower): a real slow producer.
 # Random weights seldom say eos, so an answer is max_frames long (see the seed below).
 ANSWER_FRAMES = 375  # 30 s of audio
 SEED = 7
