@@ -362,6 +362,9 @@ class HttpApi:
                 _reset(request)
                 return response
             await response.write_eof()
+        except asyncio.CancelledError:  # the client left (aiohttp cancels its handler)
+            _LOGGER.info("http client %s left: its synthesis is cancelled", request.remote)
+            raise
         finally:
             if audio is not None:  # what a failure or a gone client left unspoken
                 audio.cancel()
