@@ -1,5 +1,5 @@
-"""The decoder bench's account of the weights a one-frame push reads, its bandwidth probe, and
-the engine bench's player at real time (its prebuffer table)."""
+"""The decoder bench's account of the weights a one-frame push reads, the FLOP a frame computes,
+the bandwidth probe, and the engine bench's player at real time (its prebuffer table)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import gguf
 import pytest
 from kazeia_dev.bench.decoder import (
     decoder_columns_per_frame,
+    decoder_gflop_per_frame,
     gguf_u32_list,
     streamed_weight_mb,
 )
+from kazeia_dev.bench.engine_figures import generator_gflop_per_frame
 from kazeia_dev.bench.engine_report import _player_lines
 from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
 
@@ -43,6 +45,36 @@ def test_columns_per_frame_follow_the_upsampling(decoder_gguf: dict[str, Path], 
     total, low = streamed_weight_mb(decoder_gguf[model])
     matrices = sum(int(t.n_bytes) for t in reader.tensors if t.name in columns) / 1e6
     assert total == pytest.approx(matrices) and 0 < low < total
+
+
+@pytest.mark.parametrize("model", ["tiny-0.6b", "tiny-1.7b"])
+def test_flop_per_frame_counts_each_weight_per_row_or_column(
+    talker_gguf: dict[str, Path], decoder_gguf: dict[str, Path], model: str
+) -> None:
+    reader = gguf.GGUFReader(talker_gguf[model])
+
+    def hp(key: str) -> int:
+        return int(reader.fields[f"kazeia.{key}"].contents())
+
+    def weights(prefix: str) -> int:
+        return sum(int(t.n_elements) for t in reader.tensors if t.name.startswith(prefix))
+
+    near, far = (generator_gflop_per_frame(talker_gguf[model], c) for c in (10, 110))
+    # 100 more positions: only the talker's attention grows, 2 x 2 FLOP per key dimension.
+    attention = 4 * 100 * hp("talker.num_layers") * hp("talker.num_heads") * hp("talker.head_dim")
+    assert 1e9 * (far["talker_gflop"] - near["talker_gflop"]) == pytest.approx(attention)
+    assert far["predictor_gflop"] == near["predictor_gflop"]
+    # A row through the talker's codec head; 16 rows through the predictor's layers.
+    assert 1e9 * near["talker_gflop"] > 2 * weights("tlk.codec_head")
+    assert 1e9 * near["predictor_gflop"] > 2 * 16 * weights("cp.blk.0.ffn_up")
+
+    reader = gguf.GGUFReader(decoder_gguf[model])
+    matrices = [t for t in reader.tensors if len(t.shape) == 2 and "codebook" not in t.name]
+    hop = gguf_u32_list(reader, "kazeia.decoder.hop_length")[0]
+    conv_out = next(t for t in matrices if t.name == "dec.voc.conv_out.weight")
+    flop = 1e9 * decoder_gflop_per_frame(decoder_gguf[model])
+    assert flop > 2 * sum(int(t.n_elements) for t in matrices)  # each sees >= 1 column
+    assert flop > 2 * int(conv_out.n_elements) * hop  # the last conv at the sample rate
 
 
 def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:

@@ -130,6 +130,31 @@ def streamed_weight_mb(gguf_path: Path) -> tuple[float, float]:
     return total / 1e6, low / 1e6
 
 
+def decoder_gflop_per_frame(gguf_path: Path) -> float:
+    """GFLOP the speech decoder computes per frame, 2 per multiply-add: every weight of each
+    matrix (linear layers, convolutions, the depthwise ones, transposed convolutions) once per
+    column it sees per frame (`decoder_columns_per_frame`), and the transformer's attention over
+    its window. Codebook look-ups, SnakeBeta, norms and activations (a few operations per value)
+    are left out."""
+    import gguf
+
+    reader = gguf.GGUFReader(gguf_path)
+    ratios = gguf_u32_list(reader, "kazeia.decoder.upsampling_ratios")
+    rates = gguf_u32_list(reader, "kazeia.decoder.upsample_rates")
+    matrices = sum(
+        int(t.n_elements) * decoder_columns_per_frame(t.name, ratios, rates)
+        for t in reader.tensors
+        if len(t.shape) == 2 and "codebook" not in t.name
+    )
+
+    def u32(key: str) -> int:
+        return int(reader.fields[f"kazeia.decoder.{key}"].contents())
+
+    # The scores and the weighted sum: 2 multiply-adds per head dimension and key, each layer.
+    attention = 2 * u32("num_layers") * u32("num_heads") * u32("head_dim") * u32("sliding_window")
+    return 2 * (matrices + attention) / 1e9
+
+
 def bench_decoder(args: argparse.Namespace) -> int:
     """The ``decoder`` bench: fresh-process rows for ours, then the official decoder."""
     if args.threads < 1 or args.frames < 1 or args.repeats < 1 or args.official_repeats < 1:

@@ -1,5 +1,6 @@
 """The engine bench's figures derived from its rows: the targets of a model and their verdicts,
-the ratios between rows, the long synthesis's cost and memory, and a frame's memory floor."""
+the ratios between rows, the long synthesis's cost and memory, a frame's memory floor and the
+FLOP its generator computes."""
 
 from __future__ import annotations
 
@@ -36,6 +37,40 @@ def weights_read_per_frame(talker_gguf: Path) -> dict[str, float]:
     )
     predictor = steps * stack + size.get("cp.heads.weight", 0)  # each sub-step one of 15 heads
     return {"talker_mb": talker / 1e6, "predictor_mb": predictor / 1e6}
+
+
+def generator_gflop_per_frame(talker_gguf: Path, context: int) -> dict[str, float]:
+    """GFLOP a frame computes, 2 per multiply-add: the talker step (its layers and codec head on
+    one row, its attention over `context` positions) and the code predictor (its layers and input
+    projection on the frame's rows, a 2-row first pass and one row per later sub-step; one of its
+    heads per sub-step; each row's attention over the rows up to it). Norms, RoPE and sampling
+    (a few operations per value) are left out."""
+    import gguf
+
+    reader = gguf.GGUFReader(talker_gguf)
+
+    def hp(key: str) -> int:
+        return int(reader.fields[f"kazeia.{key}"].contents())
+
+    def weights(*prefixes: str) -> int:  # of the matrices
+        return sum(
+            int(t.n_elements)
+            for t in reader.tensors
+            if len(t.shape) >= 2 and t.name.startswith(prefixes)
+        )
+
+    def attention(part: str, positions: int) -> int:  # the scores and the weighted sum
+        heads = hp(f"{part}.num_layers") * hp(f"{part}.num_heads") * hp(f"{part}.head_dim")
+        return 4 * heads * positions
+
+    talker = 2 * weights("tlk.blk.", "tlk.codec_head") + attention("talker", context)
+    rows = hp("talker.num_code_groups")  # codes 1..15: 2 rows, then 1 per sub-step
+    predictor = (
+        2 * rows * weights("cp.blk.", "cp.in_proj")
+        + 2 * weights("cp.heads")
+        + attention("predictor", rows * (rows + 1) // 2)
+    )
+    return {"talker_gflop": talker / 1e9, "predictor_gflop": predictor / 1e9}
 
 
 def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
