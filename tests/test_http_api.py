@@ -34,7 +34,8 @@ from test_server import FRAMES, HOP, engine_pcm, free_port
 
 from wyoming_kazeia.convert import convert
 from wyoming_kazeia.engine import Engine
-from wyoming_kazeia.http_api import MAX_INPUT_CHARS, MAX_JSON_BYTES, serve_http
+from wyoming_kazeia.http_api import MAX_INPUT_CHARS, serve_http
+from wyoming_kazeia.http_requests import MAX_JSON_BYTES
 from wyoming_kazeia.model_voices import ModelVoices, VoiceModel
 from wyoming_kazeia.server import build_info
 from wyoming_kazeia.service import TtsService

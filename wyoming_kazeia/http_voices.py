@@ -24,7 +24,7 @@ from aiohttp import BodyPartReader, web
 
 from .daemon_thread import in_daemon_thread
 from .errors import RequestError, VoiceError, quoted
-from .http_api import MAX_UPLOAD_BYTES, field, read_json, within_idle_timeout
+from .http_requests import MAX_UPLOAD_BYTES, field, read_json, within_idle_timeout
 from .model_voices import ModelVoices
 from .service import TtsService
 from .voices import LANGUAGE_CODES, model_language, recording
