@@ -51,8 +51,8 @@ def test_a_player_never_runs_dry_whatever_the_production_rate(rate: float) -> No
     rates.learn(chars, total_s, total_s / rate)  # an earlier answer of the same kind
     underruns, held = play(produce(rate, total_s), rates, chars)
     assert underruns == 0
-    # Held about as long as the arithmetic asks, not more: (1 - r) T of audio, produced at r.
-    needed = (1 - rate) * total_s * MARGIN + PAD_S
+    # Held about as long as the arithmetic asks (with its margin), not more, produced at r.
+    needed = (1 - rate / MARGIN) * total_s + PAD_S
     assert held <= needed / rate + CHUNK_S / rate
 
 
@@ -215,5 +215,5 @@ def test_a_slow_box_plays_a_30_s_answer_without_an_underrun(
     assert gaps_on == 0
     # Just enough: about the (1 - r) T of audio the arithmetic asks, the time to make it at r
     # (10 % for a rate that changes along the answer, 2 s for the chunks' steps).
-    needed_s = (1 - rate_on) * audio_s * MARGIN + PAD_S
+    needed_s = (1 - rate_on / MARGIN) * audio_s + PAD_S
     assert first_on - first_off < 1.1 * needed_s / rate_on + 2.0

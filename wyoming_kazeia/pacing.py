@@ -5,8 +5,8 @@ that starts with B seconds of audio and then plays at 1 while the rest arrives a
 dry if and only if B >= (1 - r) * T, T the whole answer's audio. The first audio is therefore
 held until the audio at hand reaches that, with r measured on the answer itself as its chunks
 arrive and T estimated from the characters it has to speak and the seconds of audio per
-character of the service's finished syntheses. On a box faster than real time (r >= 1) nothing
-is held.
+character of the service's finished syntheses. On a box clearly faster than real time (r at
+least MARGIN) nothing is held.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 DEFAULT_SECONDS_PER_CHAR = 0.07
 # How much the last finished synthesis weighs in the running figures (an exponential average).
 LEARNING_WEIGHT = 0.3
-# The hold is this much longer than the arithmetic asks, plus PAD_S: the rate and the length are
-# estimates, and a chunk arrives in steps of its own length.
+# The rate is taken as this much lower than measured, and PAD_S more is held: the rate and the
+# length are estimates, and chunks arrive in steps with jitter, so that a box just faster than
+# real time holds a little too.
 MARGIN = 1.15
 PAD_S = 0.3
 # The rate of an answer is its own once this much audio has come after its first chunk (before
@@ -106,10 +107,11 @@ class Prebuffer:
         rate = self.rate(now)
         if rate is None:
             return None
+        rate /= MARGIN
         if rate >= 1.0:
             return 0.0
         total = max(self.chars * self._seconds_per_char + self._pauses_s, self.produced_s)
-        return min(MAX_HOLD_S, (1.0 - rate) * total * MARGIN + PAD_S)
+        return min(MAX_HOLD_S, (1.0 - rate) * total + PAD_S)
 
     def ready(self, now: float) -> bool:
         """Whether the audio at hand may go out (and everything after it)."""
