@@ -514,14 +514,12 @@ class KazeiaEventHandler(AsyncEventHandler):
                 return None if hold.prebuffer.released else hold
             if utterance.answer is self._begun:  # its audio flows already: no pause now
                 return None
-            chars = self._stream_chars.get(utterance.answer, 0)
-            pauses = 0.0
+            prebuffer = Prebuffer(self.service.rates, self._stream_chars.get(utterance.answer, 0))
         else:
-            chars = sum(len(s) for s in sentences if isinstance(s, str))
-            pauses = sum(s.seconds for s in sentences if isinstance(s, Pause))
+            prebuffer = Prebuffer.of_text(self.service.rates, sentences)
         if not self.service.settings.prebuffer:
             return None
-        self._hold = _Hold(utterance.answer, Prebuffer(self.service.rates, chars, pauses))
+        self._hold = _Hold(utterance.answer, prebuffer)
         return self._hold
 
     async def _send(self, event: Event, hold: _Hold | None) -> None:

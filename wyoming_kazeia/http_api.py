@@ -296,9 +296,7 @@ class HttpApi:
         held = [first]
         if not self.service.settings.prebuffer:
             return held, False
-        chars = sum(len(s) for s in sentences if isinstance(s, str))
-        pauses = sum(s.seconds for s in sentences if isinstance(s, Pause))
-        hold = Prebuffer(self.service.rates, chars, pauses)
+        hold = Prebuffer.of_text(self.service.rates, sentences)
         bytes_per_second = 2 * self.service.sample_rate
         pcm: bytes | None = first
         while pcm is not None:

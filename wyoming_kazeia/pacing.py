@@ -12,7 +12,10 @@ least MARGIN) nothing is held.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .speakable import Pause
 
 # Seconds of audio per character of text before any synthesis has finished (about 14 characters
 # per second of speech in English); the first finished synthesis replaces it.
@@ -83,6 +86,13 @@ class Prebuffer:
         self.produced_s = 0.0
         self.released = False
         self.held_s = 0.0  # how long the first audio waited (for the log and the bench)
+
+    @classmethod
+    def of_text(cls, rates: SpeechRates, sentences: Sequence[str | Pause]) -> Prebuffer:
+        """The hold of an answer of these sentences and pauses."""
+        chars = sum(len(s) for s in sentences if isinstance(s, str))
+        pauses = sum(s.seconds for s in sentences if isinstance(s, Pause))
+        return cls(rates, chars, pauses)
 
     def add(self, seconds: float, now: float, silence: bool = False) -> None:
         """A chunk of `seconds` came at `now`; `silence`: a pause (at hand, but made in no
