@@ -433,6 +433,7 @@ class KazeiaEventHandler(AsyncEventHandler):
                 await self._send(start, hold)
             started = self._audio_open = True
             self._begun = utterance.answer
+            bytes_per_second = self.service.sample_rate * WIDTH * CHANNELS
             async for pcm in audio:
                 pending += pcm
                 # Whole events of samples_per_chunk; the rest waits for more audio.
@@ -444,8 +445,7 @@ class KazeiaEventHandler(AsyncEventHandler):
                 pending = pending[cut:]
                 if hold is not None and not hold.prebuffer.released:
                     now = time.monotonic()
-                    rate = self.service.sample_rate * WIDTH * CHANNELS  # bytes per second
-                    hold.prebuffer.add(len(pcm) / rate, now, isinstance(pcm, Silence))
+                    hold.prebuffer.add(len(pcm) / bytes_per_second, now, isinstance(pcm, Silence))
                     if hold.prebuffer.ready(now):
                         await self._release(hold)
             if pending:
@@ -509,16 +509,17 @@ class KazeiaEventHandler(AsyncEventHandler):
         a new one for a one-shot text or an SSML document, the stream's own for a sentence of
         a stream (made at its first sentence); None once the stream's audio flows."""
         hold = self._hold
-        if not (utterance.one_shot or utterance.ssml):
-            if hold is not None and hold.answer is utterance.answer:
-                return None if hold.prebuffer.released else hold
-            if utterance.answer is self._begun:  # its audio flows already: no pause now
-                return None
-            prebuffer = Prebuffer(self.service.rates, self._stream_chars.get(utterance.answer, 0))
-        else:
-            prebuffer = Prebuffer.of_text(self.service.rates, sentences)
+        stream = not (utterance.one_shot or utterance.ssml)
+        if stream and hold is not None and hold.answer is utterance.answer:
+            return None if hold.prebuffer.released else hold
         if not self.service.settings.prebuffer:
             return None
+        if not stream:
+            prebuffer = Prebuffer.of_text(self.service.rates, sentences)
+        elif utterance.answer is self._begun:  # its audio flows already: no pause now
+            return None
+        else:
+            prebuffer = Prebuffer(self.service.rates, self._stream_chars.get(utterance.answer, 0))
         self._hold = _Hold(utterance.answer, prebuffer)
         return self._hold
 
@@ -534,15 +535,8 @@ class KazeiaEventHandler(AsyncEventHandler):
         hold.prebuffer.release(time.monotonic())  # (ready() may have released it already)
         if not hold.logged:
             hold.logged = True
-            if hold.prebuffer.held_s >= 0.1:
-                _LOGGER.info(
-                    "first audio for %s held %.1f s: produced at %.2fx real time, "
-                    "%.1f s of audio at hand",
-                    self.peer,
-                    hold.prebuffer.held_s,
-                    hold.prebuffer.rate(time.monotonic()) or 0.0,
-                    hold.prebuffer.produced_s,
-                )
+            if summary := hold.prebuffer.summary(time.monotonic()):
+                _LOGGER.info("first audio for %s %s", self.peer, summary)
         events, hold.events = hold.events, []
         for event in events:
             await self.write_event(event)

@@ -310,13 +310,8 @@ class HttpApi:
             if pcm is not None:
                 held.append(pcm)
         hold.release(time.monotonic())
-        if hold.held_s >= 0.1:
-            _LOGGER.info(
-                "first audio for %s held %.1f s: produced at %.2fx real time",
-                request.remote,
-                hold.held_s,
-                hold.rate(time.monotonic()) or 0.0,
-            )
+        if summary := hold.summary(time.monotonic()):
+            _LOGGER.info("first audio for %s %s", request.remote, summary)
         return held, pcm is None
 
     async def _next(self, audio: AudioStream) -> bytes | None:

@@ -131,6 +131,15 @@ class Prebuffer:
                 self.release(now)
         return self.released
 
+    def summary(self, now: float) -> str | None:
+        """What the hold did, for the log; None when it held (next to) nothing."""
+        if self.held_s < 0.1:
+            return None
+        return (
+            f"held {self.held_s:.1f} s: produced at {self.rate(now) or 0.0:.2f}x real time, "
+            f"{self.produced_s:.1f} s of audio at hand"
+        )
+
     def release(self, now: float) -> None:
         """Lets the audio go: enough is at hand, or the answer's audio is complete."""
         if not self.released:
