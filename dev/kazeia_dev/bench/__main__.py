@@ -45,7 +45,7 @@ import sys
 from collections.abc import Sequence
 
 from . import decoder, engine, generate, quality, server
-from .common import DEV_ROOT, BenchError, logger, setup_logging
+from .common import BenchError, dev_child_env, logger, setup_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,8 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging()
     # Every child process (measuring children, converters) imports kazeia_dev from dev/.
-    paths = [str(DEV_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    os.environ.update(dev_child_env())
     try:
         return int(args.func(args))
     except BenchError as err:

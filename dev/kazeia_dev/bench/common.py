@@ -251,6 +251,16 @@ def _ensure_part(
     return gguf
 
 
+def dev_child_env() -> dict[str, str]:
+    """This process's environment with dev/ first on PYTHONPATH: a child started with
+    ``-m kazeia_dev...`` imports it whether the caller is script/bench or pytest (whose
+    ``pythonpath`` setting reaches only its own process)."""
+    env = dict(os.environ)
+    paths = [str(DEV_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
 def _build_dir(target: Path, python_argv: Callable[[Path], list[str]], what: str) -> None:
     """Run ``python *python_argv(TMP)`` (``-m MODULE ...`` or ``-c CODE ...``), then rename TMP
     to ``target``."""
@@ -259,7 +269,7 @@ def _build_dir(target: Path, python_argv: Callable[[Path], list[str]], what: str
     logger.info("writing the %s to %s (once) ...", what, target)
     start = time.monotonic()
     argv = python_argv(tmp)
-    proc = subprocess.run([sys.executable, *argv], stdout=sys.stderr)
+    proc = subprocess.run([sys.executable, *argv], stdout=sys.stderr, env=dev_child_env())
     if proc.returncode != 0:
         raise BenchError(f"writing the {what} failed with exit status {proc.returncode}")
     shutil.rmtree(target, ignore_errors=True)
