@@ -1,9 +1,14 @@
 """The decoder bench's account of the weights a one-frame push reads, the FLOP a frame computes,
-the bandwidth probe, and the engine bench's player at real time (its prebuffer table)."""
+the bandwidth and compute peak probes, and the engine bench's player at real time (its prebuffer
+table)."""
 
 from __future__ import annotations
 
 import math
+import os
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
@@ -81,6 +86,35 @@ def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:
     assert 0.1 < _native.testing.read_bandwidth(16, 2) < 10_000  # GB/s
     with pytest.raises(ValueError, match="read_bandwidth"):
         _native.testing.read_bandwidth(0, 2)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 kernel paths")
+@pytest.mark.parametrize("kernels", ["portable", "avx2", ""])
+def test_the_fma_peak_runs_on_the_path_the_decoder_gemm_takes(kernels: str) -> None:
+    """The compute peak the benches set the decoder against is measured on the decoder GEMM's
+    own vector path, which KAZEIA_KERNELS narrows."""
+    code = (
+        "from wyoming_kazeia import _native as n; t = n.testing; "
+        "print(t.FMA_PEAK_ISA, n.KERNEL_ISA, t.fma_peak(1), sep='|')"
+    )
+    env = {**os.environ, "KAZEIA_KERNELS": kernels}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    peak_isa, kernel_isa, gflop_s = out.stdout.strip().split("|")
+    assert 0.1 < float(gflop_s) < 100_000
+    if "decoder GEMM AVX-512" in kernel_isa:
+        assert peak_isa == "AVX-512F"
+    elif kernel_isa.startswith("AVX2"):
+        assert peak_isa == "AVX2 FMA"
+    else:
+        assert peak_isa == "portable loop"
+    if kernels == "portable":
+        assert peak_isa == "portable loop"
+
+
+def test_the_fma_peak_rejects_a_bad_thread_count() -> None:
+    with pytest.raises(ValueError, match="fma_peak"):
+        _native.testing.fma_peak(0)
 
 
 def stream(rate: float, n: int, chunk_s: float = 0.32) -> list[Chunk]:

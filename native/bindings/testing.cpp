@@ -1,14 +1,16 @@
 // Test hooks and bench probes (wyoming_kazeia._native.testing): single kernels and the
 // sampler run on given inputs, so that tests can hold them against numpy; generations with the
 // probes of src/generation_probes.h (a trace of every intermediate, teacher forcing, the cache's
-// growth step, frames apart on a GPU); the read bandwidth probe of the benches. Nothing of the
-// product calls these, and the wheel users get is built without them (KAZEIA_TESTING).
+// growth step, frames apart on a GPU); the read bandwidth and FMA peak probes of the benches.
+// Nothing of the product calls these, and the wheel users get is built without them
+// (KAZEIA_TESTING).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -21,11 +23,18 @@
 #include "src/generation_probes.h"
 #include "src/ggml_raii.h"
 #include "src/ops.h"
+#include "src/ops/isa.h"
 #include "src/q8_gemm.h"
 #include "src/sampler.h"
 #include "src/worker_pool.h"
 
 #include "ggml.h"
+
+#if KAZEIA_AVX2
+#include <immintrin.h>
+#elif KAZEIA_NEON
+#include <arm_neon.h>
+#endif
 
 namespace kazeia::bindings {
 
@@ -127,6 +136,112 @@ double read_bandwidth(int64_t megabytes, int threads) {
     return gbs[gbs.size() / 2];
 }
 
+// The FP32 multiply-add peak of the vector unit the decoder's GEMM runs on here: independent
+// chains of fused multiply-adds, enough of them to cover the latency of every FMA pipe, held
+// in registers (the inner loops unrolled: kept in memory, they would time the store-to-load
+// latency instead). Each returns its chains' sum, and takes the factors from its caller, so
+// that the compiler can neither drop a chain nor find its value (1 * 0.999 + 0.001 is 1 in
+// float: constant factors let it fold the whole loop).
+constexpr int FMA_CHAINS = 12;
+
+float fma_scalar(int64_t iterations, float a, float b) {
+    float c[FMA_CHAINS];
+    for (float &v : c) v = 1.0f;
+    for (int64_t n = 0; n < iterations; ++n)
+#pragma GCC unroll 16
+        for (float &v : c) v = v * a + b;
+    float total = 0.0f;
+    for (float v : c) total += v;
+    return total;
+}
+
+#if KAZEIA_AVX2
+KAZEIA_AVX512_FN float fma_avx512(int64_t iterations, float a_, float b_) {
+    const __m512 a = _mm512_set1_ps(a_), b = _mm512_set1_ps(b_);
+    __m512 c[FMA_CHAINS];
+    for (__m512 &v : c) v = _mm512_set1_ps(1.0f);
+    for (int64_t n = 0; n < iterations; ++n)
+#pragma GCC unroll 16
+        for (__m512 &v : c) v = _mm512_fmadd_ps(v, a, b);
+    float total = 0.0f;
+    for (__m512 v : c) total += _mm512_reduce_add_ps(v);
+    return total;
+}
+
+KAZEIA_AVX2_FN float fma_avx2(int64_t iterations, float a_, float b_) {
+    const __m256 a = _mm256_set1_ps(a_), b = _mm256_set1_ps(b_);
+    __m256 c[FMA_CHAINS];
+    for (__m256 &v : c) v = _mm256_set1_ps(1.0f);
+    for (int64_t n = 0; n < iterations; ++n)
+#pragma GCC unroll 16
+        for (__m256 &v : c) v = _mm256_fmadd_ps(v, a, b);
+    alignas(32) float lanes[8];
+    float total = 0.0f;
+    for (__m256 v : c) {
+        _mm256_store_ps(lanes, v);
+        for (float x : lanes) total += x;
+    }
+    return total;
+}
+#elif KAZEIA_NEON
+float fma_neon(int64_t iterations, float a_, float b_) {
+    const float32x4_t a = vdupq_n_f32(a_), b = vdupq_n_f32(b_);
+    float32x4_t c[FMA_CHAINS];
+    for (float32x4_t &v : c) v = vdupq_n_f32(1.0f);
+    for (int64_t n = 0; n < iterations; ++n)
+#pragma GCC unroll 16
+        for (float32x4_t &v : c) v = vfmaq_f32(b, v, a);
+    float total = 0.0f;
+    for (float32x4_t v : c) total += vaddvq_f32(v);
+    return total;
+}
+#endif
+
+// GFLOP/s (2 per multiply-add) of `threads` threads each running the widest path the
+// decoder's GEMM uses (AVX-512F, AVX2/FMA, NEON or the portable loop: FMA_PEAK_ISA names it),
+// median of 5 passes: the ceiling the benches hold the decoder's FLOP per second against.
+double fma_peak(int threads) {
+    if (threads < 1 || threads > 512) throw InputError("fma_peak: threads in 1..512");
+    constexpr int64_t iterations = 4'000'000;
+    volatile float factor = 0.999f, term = 1e-3f;  // unknown to the compiler
+    const float a = factor, b = term;
+    int64_t lanes = 1;
+    float (*chains)(int64_t, float, float) = fma_scalar;
+#if KAZEIA_AVX2
+    if (use_avx512()) lanes = 16, chains = fma_avx512;
+    else if (use_avx2()) lanes = 8, chains = fma_avx2;
+#elif KAZEIA_NEON
+    lanes = 4, chains = fma_neon;
+#endif
+    // Many small tasks, so that a thread woken late does not leave another with two halves.
+    constexpr int64_t tasks_per_thread = 8;
+    WorkerPool pool(threads);
+    std::vector<float> sums(threads * tasks_per_thread);
+    std::vector<double> gflops;
+    for (int pass = 0; pass < 5; ++pass) {
+        const auto start = std::chrono::steady_clock::now();
+        pool.run((int64_t)sums.size(),
+                 [&](int64_t t) { sums[t] = chains(iterations / tasks_per_thread, a, b); });
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        gflops.push_back(2.0 * FMA_CHAINS * lanes * iterations * threads / s / 1e9);
+    }
+    for (float v : sums)
+        if (!std::isfinite(v)) throw std::runtime_error("fma_peak: the chains diverged");
+    std::sort(gflops.begin(), gflops.end());
+    return gflops[gflops.size() / 2];
+}
+
+// Which path fma_peak runs on this CPU.
+const char *fma_peak_isa() {
+#if KAZEIA_AVX2
+    return use_avx512() ? "AVX-512F" : use_avx2() ? "AVX2 FMA" : "portable loop";
+#elif KAZEIA_NEON
+    return "NEON";
+#else
+    return "portable loop";
+#endif
+}
+
 // A q8_0 product y = W x^T as the engine computes it: W [M, K] quantized to q8_0 by ggml, x
 // [n, K] converted to q8_0 as ggml's CPU backend does for a dot product, then pool_mul_mat's
 // mul_mat_converted with the GEMM or with ggml's dot product only. Returns y [n, M], the
@@ -177,6 +292,10 @@ void def_testing(py::module_ &m) {
         py::arg("x"), "sin(x)^2 as the SnakeBeta kernel computes it (1-D float32 array).");
     m.def("read_bandwidth", &read_bandwidth, py::arg("megabytes") = 256, py::arg("threads") = 2,
           "Memory read bandwidth in GB/s (median of 5 passes over a buffer of that size).");
+    m.def("fma_peak", &fma_peak, py::arg("threads") = 2,
+          "FP32 multiply-add peak in GFLOP/s of that many threads on the widest vector path "
+          "the decoder's GEMM uses here (median of 5 passes).");
+    m.attr("FMA_PEAK_ISA") = fma_peak_isa();
     m.def("q8_matmul", &run_q8_matmul, py::arg("w"), py::arg("x"), py::arg("gemm") = true,
           py::arg("threads") = 2, py::arg("repeats") = 1,
           "A q8_0 product as the engine computes it (q8_gemm, or gemm=False: ggml's dot product "

@@ -221,8 +221,10 @@ def bench_decoder(args: argparse.Namespace) -> int:
     # Measured now, beside the rows: the box's bandwidth moves with its other tenants.
     total_mb, low_mb = streamed_weight_mb(gguf)
     bandwidth = _native.testing.read_bandwidth(256, args.threads)
+    peak = _native.testing.fma_peak(args.threads)
     machine["loadavg_at_end"] = loadavg()
     full_s = rows["full"]["median_s"]
+    gflop = decoder_gflop_per_frame(gguf)
     weights = {
         "total_mb": total_mb,
         "low_rate_mb": low_mb,
@@ -230,6 +232,12 @@ def bench_decoder(args: argparse.Namespace) -> int:
         "low_rate_read_ms": low_mb / bandwidth,
         "full_ms_per_frame": 1e3 * full_s / frames,
         "full_chunk_frames": _native.DECODER_MAX_CHUNK_FRAMES,
+    }
+    compute = {
+        "gflop_per_frame": gflop,
+        "full_gflop_s": gflop * frames / full_s,
+        "peak_gflop_s": peak,
+        "peak_isa": _native.testing.FMA_PEAK_ISA,
     }
     for row in rows.values():
         row["rtf"] = row["median_s"] / audio_s
@@ -276,6 +284,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
         "official": official,
         "max_abs_diff": diffs,
         "weights": weights,
+        "compute": compute,
         "targets": targets,
     }
     return print_result(result, decoder_table, args.json)
@@ -380,6 +389,15 @@ def decoder_table(result: dict[str, Any]) -> str:
         f"{w['full_ms_per_frame']:.1f} ms per frame for the whole full decode (which reads "
         f"them once per {w['full_chunk_frames']} frames)."
     )
+    cp = result.get("compute")
+    if cp:
+        share = 100 * cp["full_gflop_s"] / cp["peak_gflop_s"]
+        lines.append(
+            f"Compute: {cp['gflop_per_frame']:.2f} GFLOP per frame; the full decode's "
+            f"{cp['full_gflop_s']:.0f} GFLOP/s is {share:.0f}% "
+            f"of the {cp['peak_gflop_s']:.0f} GFLOP/s FP32 multiply-add peak of its "
+            f"{c['threads']} threads ({cp['peak_isa']}, measured after the rows)."
+        )
     lines.append(
         f"Targets: full decode RTF <= {T['full_rtf']}: {ok(tg['full_rtf_ok'])}; streaming "
         f"total <= {T['stream_ratio']:.2f}x full: {ok(tg['stream_ratio_ok'])}; decoder peak "

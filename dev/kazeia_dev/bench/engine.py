@@ -34,6 +34,7 @@ from .engine_figures import (
     add_long_figures,
     add_row_ratios,
     add_voice_ratios,
+    decoder_compute,
     engine_targets,
     memory_floor,
     target_verdicts,
@@ -238,6 +239,7 @@ def bench_engine(args: argparse.Namespace) -> int:
     machine["loadavg_at_end"] = loadavg()
     bandwidth_threads = min(args.threads, usable_cpus())  # a thread per core reads fastest
     floor = memory_floor(model_dir, bandwidth_threads)
+    compute = decoder_compute(model_dir, rows, args.decoder_threads)
 
     add_row_ratios(rows, loaded)
     targets = target_verdicts(t, rows, loaded, voice_rows)
@@ -255,6 +257,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         "long_row": long_row,
         "placed_row": placed,
         "memory_floor": floor,
+        "decoder_compute": compute,
         "base_model_dir": None if base_dir is None else str(base_dir),
         "loaded_rows": loaded,
         "targets": targets,

@@ -85,6 +85,29 @@ def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
     return floor
 
 
+def decoder_compute(model_dir: Path, rows: dict[str, Any], decoder_threads: int) -> dict[str, Any]:
+    """The decoder's FLOP per second in each row (its GFLOP per frame over its seconds per
+    frame) against the FP32 multiply-add peak of its threads, measured now."""
+    from wyoming_kazeia import _native
+
+    from .decoder import decoder_gflop_per_frame
+
+    gflop = decoder_gflop_per_frame(model_dir / "decoder.gguf")
+    peak = _native.testing.fma_peak(decoder_threads)
+    rates = {
+        name: gflop * row["n_frames"] / row["decoder_s"]
+        for name, row in rows.items()
+        if "failed" not in row and row.get("decoder_s", 0) > 0
+    }
+    return {
+        "gflop_per_frame": gflop,
+        "peak_gflop_s": peak,
+        "peak_isa": _native.testing.FMA_PEAK_ISA,
+        "threads": decoder_threads,
+        "row_gflop_s": rates,
+    }
+
+
 def add_row_ratios(rows: Rows, loaded: Rows) -> None:
     """Each row's total against its table's one-shot row, and each loaded row's slowdown."""
     for table in (rows, loaded):

@@ -29,6 +29,7 @@ def engine_table(result: dict[str, Any]) -> str:
     lines = _rows_lines(result, t)
     lines += _player_lines(result)
     lines += _memory_floor_lines(result)
+    lines += _decoder_compute_lines(result)
     lines += _long_lines(result, t)
     lines += _placed_lines(result)
     lines += _voice_lines(result, t)
@@ -151,6 +152,26 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
         f"{floor['predictor_mb']:.0f} MB (floor {floor['predictor_floor_ms']:.1f} ms), at the "
         f"{floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
         f"({result['config']['bandwidth_threads']} threads)",
+    ]
+
+
+def _decoder_compute_lines(result: dict[str, Any]) -> list[str]:
+    """Each row's decoder against the FP32 multiply-add peak of its threads."""
+    compute = result.get("decoder_compute")
+    if not compute or not compute["row_gflop_s"]:
+        return []
+    peak = compute["peak_gflop_s"]
+    shares = ", ".join(
+        f"{row_label(name)} {rate:.0f} GFLOP/s = {100 * rate / peak:.0f}%"
+        for name, rate in compute["row_gflop_s"].items()
+    )
+    return [
+        "",
+        f"Decoder against the compute peak: {compute['gflop_per_frame']:.2f} GFLOP per frame; "
+        f"{shares} of the {peak:.0f} GFLOP/s FP32 multiply-add peak of its "
+        f"{compute['threads']} threads ({compute['peak_isa']}, measured after the rows; the "
+        "decoder's time is the wall time of its calls, which share the cores with the "
+        "generator where the two run at once)",
     ]
 
 
