@@ -101,10 +101,13 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
 
 
 // Memory read bandwidth in GB/s: `threads` threads sum a `megabytes` buffer (median of 5
-// passes). The decoder bench sets it beside the weight bytes a streamed frame must read.
+// passes), each task's share as 4 sequential streams read in turn, a cache line of each, as
+// the weight products read their rows (one stream a core is bound by the misses it keeps in
+// flight). The benches set it beside the weight bytes a frame must read.
 double read_bandwidth(int64_t megabytes, int threads) {
     if (megabytes < 1 || threads < 1 || threads > 512)
         throw InputError("read_bandwidth: megabytes >= 1 and threads in 1..512");
+    constexpr int64_t streams = 4, line_words = 8;
     const int64_t n_words = megabytes * (1 << 20) / 8;
     std::vector<uint64_t> data(n_words, 1);
     WorkerPool pool(threads);
@@ -114,17 +117,18 @@ double read_bandwidth(int64_t megabytes, int threads) {
     for (int pass = 0; pass < 5; ++pass) {
         const auto start = std::chrono::steady_clock::now();
         pool.run(n_tasks, [&](int64_t t) {
-            uint64_t a = 0, b = 0, c = 0, d = 0;  // independent chains: the loop vectorizes
-            const int64_t end = std::min(n_words, (t + 1) * per_task);
-            int64_t i = t * per_task;
-            for (; i + 4 <= end; i += 4) {
-                a += data[i];
-                b += data[i + 1];
-                c += data[i + 2];
-                d += data[i + 3];
-            }
-            for (; i < end; ++i) a += data[i];
-            sums[t] = a + b + c + d;
+            const int64_t begin = t * per_task, end = std::min(n_words, begin + per_task);
+            const int64_t per_stream = std::max<int64_t>(0, end - begin) / streams / line_words * line_words;
+            uint64_t sum[line_words] = {};  // independent chains: the loop vectorizes
+            for (int64_t i = 0; i < per_stream; i += line_words)
+                for (int64_t s = 0; s < streams; ++s) {
+                    const uint64_t *line = data.data() + begin + s * per_stream + i;
+                    for (int64_t w = 0; w < line_words; ++w) sum[w] += line[w];
+                }
+            uint64_t total = 0;
+            for (uint64_t v : sum) total += v;
+            for (int64_t i = begin + streams * per_stream; i < end; ++i) total += data[i];
+            sums[t] = total;
         });
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         gbs.push_back(8.0 * n_words / s / 1e9);

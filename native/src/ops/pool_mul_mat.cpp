@@ -16,6 +16,11 @@ namespace {
 
 constexpr int64_t MUL_MAT_MIN_TASK_ROWS = 64;
 constexpr int64_t MUL_MAT_TASKS_PER_THREAD = 4;
+// A product with few columns is bound by how fast a core brings its weights in: one
+// sequential stream is bound by the misses a core keeps in flight while it computes. So each
+// task reads its rows as several streams in turn, and asks for each stream's next row while it
+// computes the current one.
+constexpr int64_t MUL_MAT_STREAMS = 4;
 
 void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata) {
     if (ith != 0) return;
@@ -60,18 +65,25 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
     const int64_t rows = M - m_first;
     if (rows == 0) return;
     const ggml_type_traits_cpu *traits = cpu_backend().type_traits(type);
-    // Few long tasks: each is one sequential stream through its rows, which the hardware
-    // prefetchers serve far better than many short interleaved ones. A few per thread still
-    // let a preempted thread's share be taken over.
+    // Few long tasks: each reads its rows as MUL_MAT_STREAMS long sequential streams, which
+    // the hardware prefetchers serve far better than many short ones. A few tasks per thread
+    // still let a preempted thread's share be taken over.
     const int64_t n_tasks = std::max<int64_t>(
         1, std::min<int64_t>((rows + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
                              MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
     const int64_t rows_per_task = (rows + n_tasks - 1) / n_tasks;
     pool->run(n_tasks, [&](int64_t t) {
         const int64_t m0 = m_first + t * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
-        for (int64_t m = m0; m < m1; ++m)
-            for (int64_t j = 0; j < n; ++j)
-                traits->vec_dot((int)K, y + j * M + m, 0, w + m * w_row, 0, x + j * x_row, 0, 1);
+        const int64_t per_stream = (m1 - m0 + MUL_MAT_STREAMS - 1) / MUL_MAT_STREAMS;
+        for (int64_t i = 0; i < per_stream; ++i)
+            for (int64_t m = m0 + i; m < m1; m += per_stream) {
+                if (i + 1 < per_stream && m + 1 < m1) {
+                    const char *next = w + (m + 1) * w_row;
+                    for (size_t b = 0; b < w_row; b += 64) __builtin_prefetch(next + b);
+                }
+                for (int64_t j = 0; j < n; ++j)
+                    traits->vec_dot((int)K, y + j * M + m, 0, w + m * w_row, 0, x + j * x_row, 0, 1);
+            }
     });
 }
 
