@@ -4,6 +4,7 @@ paths), the windowed attention, and the portable loops a CPU without AVX2 runs."
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -232,3 +233,24 @@ def test_the_ggml_cpu_library_uses_only_what_this_cpu_has() -> None:
     assert native.ggml_cpu_variant() and features
     for feature in features:
         assert CPUINFO_NAMES.get(feature, feature.lower()) in flags, feature
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="names an x86-64 variant")
+@pytest.mark.skipif(
+    native.ggml_cpu_variant() == "linked", reason="ggml has one CPU library: no variant to name"
+)
+def test_kazeia_ggml_cpu_loads_the_named_variant_or_says_why_not() -> None:
+    """KAZEIA_GGML_CPU names the ggml CPU library to load (an older CPU's, for a bench), and a
+    name that is not there, or needs more than this CPU has, is an error that names it."""
+    code = "from wyoming_kazeia import native; print(native.ggml_cpu_variant())"
+
+    def variant(name: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KAZEIA_GGML_CPU": name}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+    run = variant("sse42")  # x86-64-v2: every x86-64 CPU the engine runs on
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "sse42"
+    run = variant("no-such-cpu")
+    assert run.returncode != 0
+    assert "KAZEIA_GGML_CPU=no-such-cpu" in run.stderr

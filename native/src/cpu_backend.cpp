@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <cstring>
 #endif
 
@@ -21,8 +22,12 @@ namespace {
 const char *const FEATURES[] = {"sse3", "ssse3", "avx",  "avx2", "fma",  "f16c",
                                 "avx_vnni", "avx512", "avx512_vnni", "amx_int8", "neon", "sve"};
 
+// The variant with the best score on this CPU, or the one KAZEIA_GGML_CPU names (what an
+// older CPU would load: a bench of an AVX2-only box on a newer one) where this CPU runs it.
 CpuBackend load_best() {
     const std::string dir = ggml_library_dir(), prefix = "libkazeia-ggml-cpu-", suffix = ".so";
+    const char *wanted = std::getenv("KAZEIA_GGML_CPU");
+    const std::string only = wanted ? wanted : "";
     void *best = nullptr;
     int best_score = 0;
     std::string best_variant;
@@ -32,6 +37,8 @@ CpuBackend load_best() {
             if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + suffix.size() ||
                 name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
                 continue;
+            const std::string variant = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+            if (!only.empty() && variant != only) continue;
             void *h = dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
             if (!h) continue;
             auto score = reinterpret_cast<int (*)()>(dlsym(h, "ggml_backend_score"));
@@ -39,13 +46,16 @@ CpuBackend load_best() {
             if (s > best_score) {
                 if (best) dlclose(best);
                 best = h, best_score = s;
-                best_variant = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+                best_variant = variant;
             } else {
                 dlclose(h);
             }
         }
         closedir(d);
     }
+    if (!best && !only.empty())
+        throw std::runtime_error("KAZEIA_GGML_CPU=" + only + ": no such ggml CPU variant in " + dir +
+                                 " runs on this CPU");
     if (!best) throw std::runtime_error("no ggml CPU variant in " + dir + " runs on this CPU");
     CpuBackend b;
     b.variant = best_variant;

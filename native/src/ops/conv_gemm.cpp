@@ -68,6 +68,28 @@ inline void pair_kernel(int64_t cols, const T *a, const T *a2, const float *cons
     tile_kernel(cols, a2, b, kc, acc[1]);
 }
 
+// A panel column's first K block: y = s + bias + residual (an absent one adds 0.0f, the same
+// bits as before for -0.0f sums). Loops without a branch inside, which the compiler vectorizes:
+// with the branches per element, these stores took a sixth of the decoder's time.
+inline void store_first(float *__restrict y, const float *__restrict s, const float *__restrict b,
+                        const float *__restrict r) {
+    constexpr float zero = 0.0f;
+    if (b && r) {
+        for (int64_t i = 0; i < CONV_PANEL; ++i) y[i] = s[i] + b[i] + r[i];
+    } else if (b) {
+        for (int64_t i = 0; i < CONV_PANEL; ++i) y[i] = s[i] + b[i] + zero;
+    } else if (r) {
+        for (int64_t i = 0; i < CONV_PANEL; ++i) y[i] = s[i] + zero + r[i];
+    } else {
+        for (int64_t i = 0; i < CONV_PANEL; ++i) y[i] = s[i] + zero + zero;
+    }
+}
+
+// The next K blocks of a panel column: y += s.
+inline void add_panel(float *__restrict y, const float *__restrict s) {
+    for (int64_t i = 0; i < CONV_PANEL; ++i) y[i] += s[i];
+}
+
 template <typename T>
 void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
     const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
@@ -118,14 +140,9 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
                     const int64_t m = m0 + q * CONV_PANEL;
                     for (int64_t j = 0; j < ncols; ++j) {
                         float *y = yd + (n + j) * out + m;
-                        const float *s = acc[q][j];
-                        if (first) {
-                            const float *r = rd ? rd + (n + j) * out + m : nullptr;
-                            for (int64_t i = 0; i < CONV_PANEL; ++i)
-                                y[i] = s[i] + (bd ? bd[m + i] : 0.0f) + (r ? r[i] : 0.0f);
-                        } else {
-                            for (int64_t i = 0; i < CONV_PANEL; ++i) y[i] += s[i];
-                        }
+                        if (first) store_first(y, acc[q][j], bd ? bd + m : nullptr,
+                                               rd ? rd + (n + j) * out + m : nullptr);
+                        else add_panel(y, acc[q][j]);
                     }
                 }
             }
