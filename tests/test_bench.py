@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gguf
 import pytest
+from kazeia_dev.bench.common import dev_child_env
 from kazeia_dev.bench.decoder import (
     decoder_columns_per_frame,
     decoder_gflop_per_frame,
@@ -180,3 +181,17 @@ def test_the_prebuffer_table_has_a_line_per_streaming_row() -> None:
         "| stream k=4 loaded | 0.75 | 7 | 2.50 | 0 (3) | 0.00 | 2.75 |",
     ]
     assert _player_lines({"rows": {"oneshot": timing}, "loaded_rows": {}}) == []
+
+
+def test_a_bench_child_imports_the_dev_package_whatever_started_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The checkpoint writers run ``python -m kazeia_dev...`` children: with dev/ on no
+    PYTHONPATH (pytest puts it on its own sys.path only), such a child fails to import it unless
+    given dev_child_env()."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    child = [sys.executable, "-c", "import kazeia_dev.random_checkpoint"]
+    bare = subprocess.run(child, env=dict(os.environ), capture_output=True, text=True, cwd="/")
+    assert bare.returncode != 0, "the case this guards against no longer fails"
+    run = subprocess.run(child, env=dev_child_env(), capture_output=True, text=True, cwd="/")
+    assert run.returncode == 0, run.stderr

@@ -164,6 +164,22 @@ def _q8_inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+@pytest.mark.parametrize(
+    ("m", "k", "n", "threads"), [(301, 64, 1, 3), (1000, 96, 2, 2), (7, 32, 1, 4)]
+)
+def test_a_product_split_into_streams_computes_every_row_once(
+    m: int, k: int, n: int, threads: int
+) -> None:
+    """The weight products of a decoding step (ggml's dot product per row) split each task's
+    rows into several streams: with tasks and streams of uneven length, every row of the
+    product is still there, against float64 on the same quantized values."""
+    w, x = _q8_inputs(m, k, n)
+    ours = testing.q8_matmul(w, x, gemm=False, threads=threads)
+    exact = ours["x"].astype(np.float64) @ ours["w"].astype(np.float64).T
+    assert ours["y"].shape == (n, m)
+    assert np.abs(ours["y"] - exact).max() < 1e-5 * np.abs(exact).max()
+
+
 @pytest.mark.parametrize(("m", "k", "n"), Q8_SHAPES)
 def test_q8_gemm_computes_the_quantized_product(m: int, k: int, n: int) -> None:
     """The prefill's q8_0 GEMM against float64 on the same quantized values (what the integer

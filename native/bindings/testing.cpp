@@ -101,8 +101,8 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
 
 
 // Memory read bandwidth in GB/s: `threads` threads sum a `megabytes` buffer (median of 5
-// passes), each task's share as 4 sequential streams read in turn, a cache line of each, as
-// the weight products read their rows (one stream a core is bound by the misses it keeps in
+// passes), each task's share as 4 sequential streams read in turn, 64 bytes of each: like the
+// weight products, several streams per core (one stream is bound by the misses a core keeps in
 // flight). The benches set it beside the weight bytes a frame must read.
 double read_bandwidth(int64_t megabytes, int threads) {
     if (megabytes < 1 || threads < 1 || threads > 512)
@@ -141,32 +141,46 @@ double read_bandwidth(int64_t megabytes, int threads) {
 }
 
 // The FP32 multiply-add peak of the vector unit the decoder's GEMM runs on here: independent
-// chains of fused multiply-adds, enough of them to cover the latency of every FMA pipe, held
-// in registers (the inner loops unrolled: kept in memory, they would time the store-to-load
-// latency instead). Each returns its chains' sum, and takes the factors from its caller, so
-// that the compiler can neither drop a chain nor find its value (1 * 0.999 + 0.001 is 1 in
-// float: constant factors let it fold the whole loop).
-constexpr int FMA_CHAINS = 12;
+// chains of multiply-adds, enough of them to cover the latency of every FMA pipe, held in registers
+// (the inner loops unrolled: kept in memory, they would time the store-to-load latency
+// instead). Each returns its chains' sum, and takes the factors from its caller, so that the
+// compiler can neither drop a chain nor find its value.
+struct FmaPath {
+    const char *name;
+    int64_t flop_per_iteration;  // 2 per multiply-add, of every chain and lane
+    float (*chains)(int64_t iterations, float a, float b);
+};
 
+// The decoder's portable GEMM is scalar, so is this loop: the empty asm keeps each chain in a
+// register of its own, where the compiler would pack the chains into SSE vectors.
+constexpr int SCALAR_CHAINS = 12;
 float fma_scalar(int64_t iterations, float a, float b) {
-    float c[FMA_CHAINS];
+    float c[SCALAR_CHAINS];
     for (float &v : c) v = 1.0f;
     for (int64_t n = 0; n < iterations; ++n)
 #pragma GCC unroll 16
-        for (float &v : c) v = v * a + b;
+        for (float &v : c) {
+            v = v * a + b;  // a dependent multiply (a * b alone would be hoisted out)
+#if defined(__x86_64__)
+            asm("" : "+x"(v));
+#elif defined(__aarch64__)
+            asm("" : "+w"(v));
+#endif
+        }
     float total = 0.0f;
     for (float v : c) total += v;
     return total;
 }
 
 #if KAZEIA_AVX2
+constexpr int AVX512_CHAINS = 16, AVX2_CHAINS = 12;  // of 32 and 16 vector registers
 KAZEIA_AVX512_FN float fma_avx512(int64_t iterations, float a_, float b_) {
     const __m512 a = _mm512_set1_ps(a_), b = _mm512_set1_ps(b_);
-    __m512 c[FMA_CHAINS];
+    __m512 c[AVX512_CHAINS];
     for (__m512 &v : c) v = _mm512_set1_ps(1.0f);
     for (int64_t n = 0; n < iterations; ++n)
 #pragma GCC unroll 16
-        for (__m512 &v : c) v = _mm512_fmadd_ps(v, a, b);
+        for (__m512 &v : c) v = _mm512_fmadd_ps(a, b, v);
     float total = 0.0f;
     for (__m512 v : c) total += _mm512_reduce_add_ps(v);
     return total;
@@ -174,11 +188,11 @@ KAZEIA_AVX512_FN float fma_avx512(int64_t iterations, float a_, float b_) {
 
 KAZEIA_AVX2_FN float fma_avx2(int64_t iterations, float a_, float b_) {
     const __m256 a = _mm256_set1_ps(a_), b = _mm256_set1_ps(b_);
-    __m256 c[FMA_CHAINS];
+    __m256 c[AVX2_CHAINS];
     for (__m256 &v : c) v = _mm256_set1_ps(1.0f);
     for (int64_t n = 0; n < iterations; ++n)
 #pragma GCC unroll 16
-        for (__m256 &v : c) v = _mm256_fmadd_ps(v, a, b);
+        for (__m256 &v : c) v = _mm256_fmadd_ps(a, b, v);
     alignas(32) float lanes[8];
     float total = 0.0f;
     for (__m256 v : c) {
@@ -188,35 +202,39 @@ KAZEIA_AVX2_FN float fma_avx2(int64_t iterations, float a_, float b_) {
     return total;
 }
 #elif KAZEIA_NEON
+constexpr int NEON_CHAINS = 16;  // of 32 vector registers: cores with 4 FMA pipes too
 float fma_neon(int64_t iterations, float a_, float b_) {
     const float32x4_t a = vdupq_n_f32(a_), b = vdupq_n_f32(b_);
-    float32x4_t c[FMA_CHAINS];
+    float32x4_t c[NEON_CHAINS];
     for (float32x4_t &v : c) v = vdupq_n_f32(1.0f);
     for (int64_t n = 0; n < iterations; ++n)
 #pragma GCC unroll 16
-        for (float32x4_t &v : c) v = vfmaq_f32(b, v, a);
+        for (float32x4_t &v : c) v = vfmaq_f32(v, a, b);
     float total = 0.0f;
     for (float32x4_t v : c) total += vaddvq_f32(v);
     return total;
 }
 #endif
 
-// GFLOP/s (2 per multiply-add) of `threads` threads each running the widest path the
-// decoder's GEMM uses (AVX-512F, AVX2/FMA, NEON or the portable loop: FMA_PEAK_ISA names it),
-// median of 5 passes: the ceiling the benches hold the decoder's FLOP per second against.
+// The widest path the decoder's GEMM takes on this CPU (KAZEIA_KERNELS narrows both alike).
+FmaPath fma_path() {
+#if KAZEIA_AVX2
+    if (use_avx512()) return {"AVX-512F", 2 * 16 * AVX512_CHAINS, fma_avx512};
+    if (use_avx2()) return {"AVX2 FMA", 2 * 8 * AVX2_CHAINS, fma_avx2};
+#elif KAZEIA_NEON
+    return {"NEON", 2 * 4 * NEON_CHAINS, fma_neon};
+#endif
+    return {"portable loop", 2 * SCALAR_CHAINS, fma_scalar};
+}
+
+// GFLOP/s of `threads` threads each running fma_path() (FMA_PEAK_ISA names it), median of 5
+// passes: the ceiling the benches hold the decoder's FLOP per second against.
 double fma_peak(int threads) {
     if (threads < 1 || threads > 512) throw InputError("fma_peak: threads in 1..512");
     constexpr int64_t iterations = 4'000'000;
     volatile float factor = 0.999f, term = 1e-3f;  // unknown to the compiler
     const float a = factor, b = term;
-    int64_t lanes = 1;
-    float (*chains)(int64_t, float, float) = fma_scalar;
-#if KAZEIA_AVX2
-    if (use_avx512()) lanes = 16, chains = fma_avx512;
-    else if (use_avx2()) lanes = 8, chains = fma_avx2;
-#elif KAZEIA_NEON
-    lanes = 4, chains = fma_neon;
-#endif
+    const FmaPath path = fma_path();
     // Many small tasks, so that a thread woken late does not leave another with two halves.
     constexpr int64_t tasks_per_thread = 8;
     WorkerPool pool(threads);
@@ -225,25 +243,14 @@ double fma_peak(int threads) {
     for (int pass = 0; pass < 5; ++pass) {
         const auto start = std::chrono::steady_clock::now();
         pool.run((int64_t)sums.size(),
-                 [&](int64_t t) { sums[t] = chains(iterations / tasks_per_thread, a, b); });
+                 [&](int64_t t) { sums[t] = path.chains(iterations / tasks_per_thread, a, b); });
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        gflops.push_back(2.0 * FMA_CHAINS * lanes * iterations * threads / s / 1e9);
+        gflops.push_back((double)path.flop_per_iteration * iterations * threads / s / 1e9);
     }
     for (float v : sums)
         if (!std::isfinite(v)) throw std::runtime_error("fma_peak: the chains diverged");
     std::sort(gflops.begin(), gflops.end());
     return gflops[gflops.size() / 2];
-}
-
-// Which path fma_peak runs on this CPU.
-const char *fma_peak_isa() {
-#if KAZEIA_AVX2
-    return use_avx512() ? "AVX-512F" : use_avx2() ? "AVX2 FMA" : "portable loop";
-#elif KAZEIA_NEON
-    return "NEON";
-#else
-    return "portable loop";
-#endif
 }
 
 // A q8_0 product y = W x^T as the engine computes it: W [M, K] quantized to q8_0 by ggml, x
@@ -299,7 +306,7 @@ void def_testing(py::module_ &m) {
     m.def("fma_peak", &fma_peak, py::arg("threads") = 2,
           "FP32 multiply-add peak in GFLOP/s of that many threads on the widest vector path "
           "the decoder's GEMM uses here (median of 5 passes).");
-    m.attr("FMA_PEAK_ISA") = fma_peak_isa();
+    m.attr("FMA_PEAK_ISA") = fma_path().name;
     m.def("q8_matmul", &run_q8_matmul, py::arg("w"), py::arg("x"), py::arg("gemm") = true,
           py::arg("threads") = 2, py::arg("repeats") = 1,
           "A q8_0 product as the engine computes it (q8_gemm, or gemm=False: ggml's dot product "

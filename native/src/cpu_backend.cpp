@@ -2,13 +2,13 @@
 
 #include "kazeia/cpu.h"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #if defined(KAZEIA_GGML_CPU_VARIANTS)
 #include <dirent.h>
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <cstring>
 #endif
 
@@ -30,7 +30,7 @@ CpuBackend load_best() {
     const std::string only = wanted ? wanted : "";
     void *best = nullptr;
     int best_score = 0;
-    std::string best_variant;
+    std::string best_variant, names, named_problem = "is not one of them";
     if (DIR *d = opendir(dir.c_str())) {
         while (dirent *e = readdir(d)) {
             const std::string name = e->d_name;
@@ -38,11 +38,17 @@ CpuBackend load_best() {
                 name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
                 continue;
             const std::string variant = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+            names += (names.empty() ? "" : " ") + variant;
             if (!only.empty() && variant != only) continue;
             void *h = dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
-            if (!h) continue;
+            if (!h) {
+                const char *why = dlerror();
+                named_problem = std::string("cannot be loaded (") + (why ? why : "unknown error") + ")";
+                continue;
+            }
             auto score = reinterpret_cast<int (*)()>(dlsym(h, "ggml_backend_score"));
             const int s = score ? score() : 0;  // 0: this CPU lacks what the variant needs
+            named_problem = "needs instructions this CPU lacks";  // unless it is best below
             if (s > best_score) {
                 if (best) dlclose(best);
                 best = h, best_score = s;
@@ -54,8 +60,8 @@ CpuBackend load_best() {
         closedir(d);
     }
     if (!best && !only.empty())
-        throw std::runtime_error("KAZEIA_GGML_CPU=" + only + ": no such ggml CPU variant in " + dir +
-                                 " runs on this CPU");
+        throw std::runtime_error("KAZEIA_GGML_CPU=" + only + ": ggml's CPU variants in " + dir +
+                                 " are " + names + "; " + only + " " + named_problem);
     if (!best) throw std::runtime_error("no ggml CPU variant in " + dir + " runs on this CPU");
     CpuBackend b;
     b.variant = best_variant;
@@ -94,6 +100,9 @@ const FeatureProbe LINKED_PROBES[] = {
 };
 
 CpuBackend load_best() {
+    if (std::getenv("KAZEIA_GGML_CPU"))
+        throw std::runtime_error("KAZEIA_GGML_CPU is set, but this build links one ggml CPU "
+                                 "library (no variants to choose from): unset it");
     CpuBackend b;
     b.variant = "linked";
     b.init = &ggml_backend_cpu_init;

@@ -251,6 +251,10 @@ def _ensure_part(
     return gguf
 
 
+# A full-size checkpoint or conversion takes minutes on 2 cores; an hour means it hangs.
+BUILD_DIR_S = 3600
+
+
 def dev_child_env() -> dict[str, str]:
     """This process's environment with dev/ first on PYTHONPATH: a child started with
     ``-m kazeia_dev...`` imports it whether the caller is script/bench or pytest (whose
@@ -269,7 +273,12 @@ def _build_dir(target: Path, python_argv: Callable[[Path], list[str]], what: str
     logger.info("writing the %s to %s (once) ...", what, target)
     start = time.monotonic()
     argv = python_argv(tmp)
-    proc = subprocess.run([sys.executable, *argv], stdout=sys.stderr, env=dev_child_env())
+    try:
+        proc = subprocess.run(
+            [sys.executable, *argv], stdout=sys.stderr, env=dev_child_env(), timeout=BUILD_DIR_S
+        )
+    except subprocess.TimeoutExpired as err:
+        raise BenchError(f"writing the {what}: not done within {BUILD_DIR_S} s (killed)") from err
     if proc.returncode != 0:
         raise BenchError(f"writing the {what} failed with exit status {proc.returncode}")
     shutil.rmtree(target, ignore_errors=True)
