@@ -76,6 +76,31 @@ def test_window_attention_against_numpy(heads: int, kv_heads: int) -> None:
     np.testing.assert_allclose(ours, attention_numpy(q, k, v, mask, kv_heads, scale), atol=1e-5)
 
 
+@pytest.mark.parametrize("in_ggml_ops", [False, True], ids=["our-op", "ggml-ops"])
+@pytest.mark.parametrize("cache_capacity", [0, 19], ids=["rows-side-by-side", "head-major-cache"])
+def test_attention_reads_only_the_slots_in_use_of_either_layout(
+    cache_capacity: int, in_ggml_ops: bool
+) -> None:
+    """The talker's attention reads a head-major cache with spare slots (NaN here: read, they
+    would poison every output), the decoder's rows of all heads side by side: both layouts, in
+    our op and in the ggml ops a GPU runs, against float64 numpy, with grouped heads."""
+    rng = np.random.default_rng(cache_capacity + in_ggml_ops)
+    n, hist, hd, heads, kv_heads = 3, 9, 8, 6, 2
+    n_kv = hist + n
+    q = rng.standard_normal((n, heads, hd)).astype(np.float32)
+    k = rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32)
+    v = rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32)
+    mask = np.zeros((n, n_kv), np.float32)
+    for i in range(n):  # causal: query i sees the history and itself
+        mask[i, hist + i + 1 :] = -np.inf
+    scale = hd**-0.5
+    ours = testing.window_attention(
+        q, k, v, mask, kv_heads, scale, cache_capacity=cache_capacity, in_ggml_ops=in_ggml_ops
+    )
+    assert np.isfinite(ours).all()
+    np.testing.assert_allclose(ours, attention_numpy(q, k, v, mask, kv_heads, scale), atol=1e-5)
+
+
 def test_window_attention_rejects_bad_shapes() -> None:
     q = np.zeros((2, 4, 8), np.float32)
     kv = np.zeros((3, 16), np.float32)

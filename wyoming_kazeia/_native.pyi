@@ -242,6 +242,8 @@ class _Testing:
         mask: npt.ArrayLike,
         n_kv_heads: int,
         scale: float,
+        cache_capacity: int = 0,
+        in_ggml_ops: bool = False,
     ) -> npt.NDArray[np.float32]: ...
 
 testing: _Testing

@@ -66,19 +66,27 @@ std::vector<Frame> forced_frames(const py::array &arr, int64_t groups) {
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-// Runs the decoder's attention op once on a 2-thread pool (for tests against numpy).
+// Runs an attention op once on a 2-thread pool (for tests against numpy): window_attention, or
+// with in_ggml_ops what a GPU runs. cache_capacity 0: k and v rows of all heads side by side, as
+// the decoder holds them; more: copied into a head-major cache of that many slots, as the
+// talker's, whose slots past n_kv hold NaN (read, they would poison the output).
 py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k,
                                         const FloatArray &v, const FloatArray &mask,
-                                        int64_t n_kv_heads, float scale) {
+                                        int64_t n_kv_heads, float scale, int64_t cache_capacity,
+                                        bool in_ggml_ops) {
     if (q.ndim() != 3 || k.ndim() != 2 || v.ndim() != 2 || mask.ndim() != 2)
         throw InputError("q must be [n, heads, head_dim]; k, v [n_kv, kv_dim]; mask [n, n_kv]");
     const int64_t n = q.shape(0), nh = q.shape(1), hd = q.shape(2), n_kv = k.shape(0);
     if (n_kv_heads < 1 || nh % n_kv_heads || k.shape(1) != hd * n_kv_heads ||
         v.shape(0) != n_kv || v.shape(1) != k.shape(1) || mask.shape(0) != n ||
-        mask.shape(1) != n_kv)
+        mask.shape(1) != n_kv || (cache_capacity != 0 && cache_capacity < n_kv))
         throw InputError("window_attention: inconsistent shapes");
-    const size_t bytes = (q.size() + k.size() + v.size() + mask.size() + n * nh * hd) * 4;
-    ggml_init_params params = {bytes + 16 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr,
+    const int64_t slots = std::max(cache_capacity, n_kv);
+    // Inputs, the caches, the output and the ggml ops' intermediates (a few times q's and the
+    // scores' size).
+    const size_t bytes =
+        (q.size() * 8 + k.size() + v.size() + 2 * slots * k.shape(1) + mask.size() * 4 * nh + n * nh * hd * 4) * 4;
+    ggml_init_params params = {bytes + 64 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr,
                                false};
     GgmlContextPtr ctx(ggml_init(params));
     auto tensor = [&](const FloatArray &a, int64_t ne0, int64_t ne1, int64_t ne2) {
@@ -86,10 +94,23 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
         std::memcpy(t->data, a.data(), ggml_nbytes(t));
         return t;
     };
+    auto heads = [&](const FloatArray &rows) {  // -> [hd, n_kv, nkv] views
+        ggml_tensor *side_by_side = tensor(rows, rows.shape(1), n_kv, 1);
+        if (cache_capacity == 0) return kv_heads(ctx.get(), side_by_side, hd);
+        ggml_tensor *cache = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, hd, cache_capacity, n_kv_heads);
+        auto *c = static_cast<float *>(cache->data);
+        std::fill(c, c + ggml_nelements(cache), std::numeric_limits<float>::quiet_NaN());
+        for (int64_t g = 0; g < n_kv_heads; ++g)
+            for (int64_t t = 0; t < n_kv; ++t)
+                std::memcpy(c + (g * cache_capacity + t) * hd, rows.data() + (t * n_kv_heads + g) * hd,
+                            hd * sizeof(float));
+        return ggml_view_3d(ctx.get(), cache, hd, n_kv, n_kv_heads, cache->nb[1], cache->nb[2], 0);
+    };
     WorkerPool pool(2);
     const AttentionParams p{n_kv_heads, scale, &pool};
-    ggml_tensor *out = window_attention(ctx.get(), tensor(q, hd, nh, n), tensor(k, k.shape(1), n_kv, 1),
-                                        tensor(v, v.shape(1), n_kv, 1), tensor(mask, n_kv, n, 1), &p);
+    ggml_tensor *qt = tensor(q, hd, nh, n), *kt = heads(k), *vt = heads(v), *mt = tensor(mask, n_kv, n, 1);
+    ggml_tensor *out = in_ggml_ops ? attention_in_ggml_ops(ctx.get(), qt, kt, vt, mt, n_kv_heads, scale)
+                                   : window_attention(ctx.get(), qt, kt, vt, mt, &p);
     ggml_cgraph *gf = ggml_new_graph(ctx.get());
     ggml_build_forward_expand(gf, out);
     if (cpu_backend().graph_compute_with_ctx(ctx.get(), gf, 1) != GGML_STATUS_SUCCESS)
@@ -313,9 +334,11 @@ void def_testing(py::module_ &m) {
           "per row and column): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
     m.def("window_attention", &run_window_attention, py::arg("q"), py::arg("k"), py::arg("v"),
-          py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"),
-          "The decoder's attention op: q [n, heads, head_dim], k and v [n_kv, kv_heads * "
-          "head_dim], mask [n, n_kv] (0 or -inf) -> [n, heads * head_dim].");
+          py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"), py::arg("cache_capacity") = 0,
+          py::arg("in_ggml_ops") = false,
+          "The attention op: q [n, heads, head_dim], k and v [n_kv, kv_heads * head_dim], mask "
+          "[n, n_kv] (0 or -inf) -> [n, heads * head_dim]; cache_capacity > 0: k and v read "
+          "from a head-major cache of that many slots; in_ggml_ops: ggml's ops instead.");
 
     m.def(
         "select_token",

@@ -4,7 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace kazeia {
 
@@ -18,6 +24,20 @@ void row_to_float(const ggml_tensor *table, int64_t id, float *out) {
     } else {
         ggml_get_type_traits(table->type)->to_float(src, out, table->ne[0]);
     }
+}
+
+// A head-major cache touches each head's strip of a layer from its start, so transparent huge
+// pages (where the system makes them the default) would make nearly all of it resident at the
+// first step: a cache in host memory keeps small pages, and its pages are touched as it fills.
+void keep_small_pages([[maybe_unused]] ggml_backend_buffer_t buffer) {
+#if defined(__linux__) && defined(MADV_NOHUGEPAGE)
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buffer));
+    const uintptr_t begin = (base + page - 1) & ~(page - 1);
+    const uintptr_t end = (base + ggml_backend_buffer_get_size(buffer)) & ~(page - 1);
+    // Advice only: where it is refused, the cache works the same.
+    if (end > begin) madvise(reinterpret_cast<void *>(begin), end - begin, MADV_NOHUGEPAGE);
+#endif
 }
 
 // A product with a weight matrix: our kernel in the pool on the CPU, ggml's own (in f32) on a GPU.
@@ -84,14 +104,20 @@ KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend, in
     : n_ctx(n_ctx_), capacity(std::max(n_ctx_, capacity_)) {
     ggml_init_params params = {ggml_tensor_overhead() * 2 * hp.num_layers + 64, nullptr, true};
     ctx.reset(ggml_init(params));
-    const int64_t kv_dim = (int64_t)hp.num_kv_heads * hp.head_dim;
     for (uint32_t il = 0; il < hp.num_layers; ++il) {
-        k.push_back(ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kv_dim, capacity));
-        v.push_back(ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kv_dim, capacity));
+        for (std::vector<ggml_tensor *> *part : {&k, &v})
+            part->push_back(ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, hp.head_dim, capacity,
+                                               hp.num_kv_heads));
     }
     buffer.reset(ggml_backend_alloc_ctx_tensors(ctx.get(), backend));
     if (!buffer) throw std::runtime_error("out of memory allocating a KV cache");
-    clear(0, n_ctx);
+    if (ggml_backend_buffer_is_host(buffer.get())) {
+        keep_small_pages(buffer.get());
+        clear(0, n_ctx);
+    } else {
+        // A device's memset is one synchronous call per strip: all of it at once instead.
+        ggml_backend_buffer_clear(buffer.get(), 0);
+    }
 }
 
 void KvCache::extend(int64_t slots) {
@@ -100,11 +126,33 @@ void KvCache::extend(int64_t slots) {
     n_ctx = std::max(n_ctx, slots);
 }
 
-// Masked slots are multiplied by zero weights: keep them finite.
+// Masked slots are multiplied by zero weights: keep them finite (a device's cache was cleared
+// whole when it was made).
 void KvCache::clear(int64_t from, int64_t to) {
+    if (!ggml_backend_buffer_is_host(buffer.get())) return;
     for (const std::vector<ggml_tensor *> *part : {&k, &v})
         for (ggml_tensor *t : *part)
-            ggml_backend_tensor_memset(t, 0, from * t->nb[1], (to - from) * t->nb[1]);
+            for (int64_t h = 0; h < t->ne[2]; ++h)
+                ggml_backend_tensor_memset(t, 0, h * t->nb[2] + from * t->nb[1], (to - from) * t->nb[1]);
+}
+
+void KvCache::read_rows(size_t layer, int64_t rows, std::vector<float> &k_out,
+                        std::vector<float> &v_out) const {
+    for (auto [t, out] : {std::pair{k[layer], &k_out}, std::pair{v[layer], &v_out}}) {
+        const size_t head = rows * t->nb[1];
+        out->resize(rows * t->ne[0] * t->ne[2]);
+        ggml_backend_tensor_get_2d(t, out->data(), 0, head, t->ne[2], t->nb[2], head);
+    }
+}
+
+void KvCache::write_rows(size_t layer, int64_t rows, const std::vector<float> &k_in,
+                         const std::vector<float> &v_in) {
+    const size_t floats = rows * k[layer]->ne[0] * k[layer]->ne[2];
+    if (k_in.size() != floats || v_in.size() != floats) throw std::logic_error("KV rows of another shape");
+    for (auto [t, in] : {std::pair{k[layer], &k_in}, std::pair{v[layer], &v_in}}) {
+        const size_t head = rows * t->nb[1];
+        ggml_backend_tensor_set_2d(t, in->data(), 0, head, t->ne[2], t->nb[2], head);
+    }
 }
 
 ggml_tensor *stack_input(ggml_context *ctx, ggml_tensor *x, ggml_tensor *in_proj_w,
@@ -135,13 +183,17 @@ ggml_tensor *stack_forward(ggml_context *ctx, const LmStack &stack, ggml_tensor 
         };
         ggml_tensor *q = qk(L.q, L.q_norm, nh);
         ggml_tensor *k = qk(L.k, L.k_norm, nkv);
-        ggml_tensor *v = mm(L.v, a);
-        k_cache[il] = ggml_set_rows(ctx, k_cache[il], ggml_reshape_2d(ctx, k, hd * nkv, n), pass.slots);
-        v_cache[il] = ggml_set_rows(ctx, v_cache[il], v, pass.slots);
+        ggml_tensor *v = ggml_reshape_3d(ctx, mm(L.v, a), hd, nkv, n);
+        // [hd, nkv, n] -> the cache's [hd, n, nkv], each row to its slot.
+        auto store = [&](ggml_tensor *cache, ggml_tensor *rows) {
+            return ggml_set_rows(ctx, cache, ggml_permute(ctx, rows, 0, 2, 1, 3), pass.slots);
+        };
+        k_cache[il] = store(k_cache[il], k);
+        v_cache[il] = store(v_cache[il], v);
         // The slots in use, and one op for the attention over them (in the pool: no copy of
         // the transposed V cache per step, which grew with the length of a synthesis).
         auto in_use = [&](ggml_tensor *all) {
-            return ggml_view_2d(ctx, all, all->ne[0], pass.n_ctx, all->nb[1], 0);
+            return ggml_view_3d(ctx, all, hd, pass.n_ctx, nkv, all->nb[1], all->nb[2], 0);
         };
         ggml_tensor *k_all = in_use(k_cache[il]), *v_all = in_use(v_cache[il]);
         ggml_tensor *o = pool ? window_attention(ctx, q, k_all, v_all, pass.mask, attention)

@@ -53,11 +53,15 @@ class DeviceCopies {
     std::unordered_map<const ggml_tensor *, ggml_tensor *> copies_;
 };
 
-// K and V of every layer: [kv_dim, n_ctx] f32 each, in one backend buffer.
+// K and V of every layer: [head_dim, capacity, n_kv_heads] f32 each, in one backend buffer.
+// Head-major: each head's rows follow each other, so that the attention of one head reads one
+// sequential stream (rows of all heads side by side put each head's next row a page away,
+// where the hardware prefetchers stop: a long synthesis's attention then waited on memory far
+// longer than its bytes take to read).
 struct KvCache {
     GgmlContextPtr ctx;
     BufferPtr buffer;
-    std::vector<ggml_tensor *> k, v;  // per layer [kv_dim, capacity]
+    std::vector<ggml_tensor *> k, v;  // per layer [head_dim, capacity, n_kv_heads]
     int64_t n_ctx = 0;     // the slots in use: attention runs over these
     int64_t capacity = 0;  // the slots allocated: their pages are touched only once in use
 
@@ -65,6 +69,11 @@ struct KvCache {
     KvCache(const LmHParams &hp, int64_t n_ctx, ggml_backend_t backend, int64_t capacity = 0);
     // More slots in use (at most the capacity), cleared: a cache grows in place, never copied.
     void extend(int64_t n_ctx);
+    // The first `rows` slots of `layer` (K, then V), [n_kv_heads][rows][head_dim] floats each:
+    // copied out, or back in.
+    void read_rows(size_t layer, int64_t rows, std::vector<float> &k_out, std::vector<float> &v_out) const;
+    void write_rows(size_t layer, int64_t rows, const std::vector<float> &k_in,
+                    const std::vector<float> &v_in);
 
   private:
     void clear(int64_t from, int64_t to);

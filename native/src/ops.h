@@ -74,10 +74,12 @@ namespace kazeia {
 ggml_tensor *concat_time(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
 
 // Softmax attention of n queries over n_kv keys, with grouped heads (query head h reads kv
-// head h / (nh / nkv)): q [hd, nh, n], k and v [hd * nkv, n_kv] (contiguous f32, time in
-// ne[1]), mask [n_kv, n] added to the scaled scores (0 or -inf; every query sees at least one
-// key) -> [hd * nh, n]. One op instead of ggml's permute/cont/mul_mat/soft_max chain, whose
-// copies of the transposed V cache cost more than the attention itself on a streamed frame.
+// head h / (nh / nkv)): q [hd, nh, n] (contiguous), k and v [hd, n_kv, nkv] f32 with rows of
+// hd floats (any views with the same strides: a head-major cache's or kv_heads' view of
+// interleaved rows), mask [n_kv, n] added to the scaled scores (0 or -inf; every query sees at
+// least one key) -> [hd * nh, n]. One op instead of ggml's permute/cont/mul_mat/soft_max chain,
+// whose copies of the transposed V cache cost more than the attention itself on a streamed
+// frame.
 struct AttentionParams {
     int64_t n_kv_heads = 1;
     float scale = 1.0f;
@@ -85,6 +87,8 @@ struct AttentionParams {
 };
 ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
                               ggml_tensor *mask, const AttentionParams *params);
+// Rows of all heads side by side, [hd * nkv, n], viewed per head as [hd, n, nkv] (no copy).
+ggml_tensor *kv_heads(ggml_context *ctx, ggml_tensor *rows, int64_t hd);
 
 }  // namespace kazeia
 
@@ -96,7 +100,7 @@ ggml_tensor *mul_mat_f32(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
 
 // The same operators in ggml's own ops, for a model part placed on a backend other than our
 // CPU one (a GPU): what window_attention and snake_beta compute, with the same arguments (the
-// attention's k and v any [hd * nkv, n_kv] rows, e.g. views of a cache).
+// attention's k and v any [hd, n_kv, nkv] views, e.g. of a cache).
 ggml_tensor *attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
                                    ggml_tensor *mask, int64_t n_kv_heads, float scale);
 ggml_tensor *snake_beta_in_ggml_ops(ggml_context *ctx, ggml_tensor *x, ggml_tensor *alpha,

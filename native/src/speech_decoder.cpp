@@ -254,7 +254,8 @@ class GraphBuilder {
                 o = window_attention_in_ggml_ops(ctx_, q, k_all, v_all, kq_mask, nkv, scale);
             } else {
                 attention_.push_back(AttentionParams{nkv, scale, &s_.pool});
-                o = window_attention(ctx_, q, k_all, v_all, kq_mask, &attention_.back());
+                o = window_attention(ctx_, q, kv_heads(ctx_, k_all, hd), kv_heads(ctx_, v_all, hd),
+                                     kq_mask, &attention_.back());
             }
             o = linear(o, L.o);
             h = ggml_add(ctx_, h, ggml_mul(ctx_, o, L.attn_scale));

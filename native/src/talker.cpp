@@ -187,15 +187,11 @@ void TalkerRun::step(const float *embed) {
 
 // K/V of the voice rows: from the model's cache, or computed now and stored there.
 void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
-    const LmHParams &tk = m_.hp.talker;
     const int64_t rows = prompt.voice_rows;
-    const size_t kv = (size_t)tk.num_kv_heads * tk.head_dim, bytes = kv * rows * sizeof(float);
     TalkerModel::PrefixKv entry;
     if (m_.find_prefix(prompt.voice_key, entry) && entry.rows == rows) {
-        for (size_t il = 0; il < cache_->k.size(); ++il) {
-            ggml_backend_tensor_set(cache_->k[il], entry.k[il].data(), 0, bytes);
-            ggml_backend_tensor_set(cache_->v[il], entry.v[il].data(), 0, bytes);
-        }
+        for (size_t il = 0; il < cache_->k.size(); ++il)
+            cache_->write_rows(il, rows, entry.k[il], entry.v[il]);
         return;
     }
     std::unique_ptr<LmGraph> voice = graph(rows);
@@ -206,12 +202,7 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
     entry.rows = rows;
     entry.k.resize(cache_->k.size());
     entry.v.resize(cache_->v.size());
-    for (size_t il = 0; il < cache_->k.size(); ++il) {
-        entry.k[il].resize(kv * rows);
-        entry.v[il].resize(kv * rows);
-        ggml_backend_tensor_get(cache_->k[il], entry.k[il].data(), 0, bytes);
-        ggml_backend_tensor_get(cache_->v[il], entry.v[il].data(), 0, bytes);
-    }
+    for (size_t il = 0; il < cache_->k.size(); ++il) cache_->read_rows(il, rows, entry.k[il], entry.v[il]);
     m_.store_prefix(std::move(entry));
 }
 

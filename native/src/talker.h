@@ -68,7 +68,7 @@ struct TalkerModel {
     struct PrefixKv {
         std::vector<int32_t> key;  // role ids + codec prefix ids
         int64_t rows = 0;
-        std::vector<std::vector<float>> k, v;  // per layer [rows][kv_dim]
+        std::vector<std::vector<float>> k, v;  // per layer, as KvCache::read_rows
     };
     static constexpr size_t PREFIX_CACHE_SIZE = 16;
     mutable std::mutex prefix_mutex;

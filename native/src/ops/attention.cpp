@@ -32,10 +32,12 @@ void window_attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata)
     const auto *p = static_cast<const AttentionParams *>(userdata);
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const int64_t nh = q->ne[1], n = q->ne[2];
+    const int64_t row_stride = k->nb[1] / sizeof(float), head_stride = k->nb[2] / sizeof(float);
     const AttentionRow row{static_cast<const float *>(q->data), static_cast<const float *>(k->data),
                            static_cast<const float *>(v->data),
                            static_cast<const float *>(mask->data), static_cast<float *>(dst->data),
-                           q->ne[0], nh, k->ne[1], k->ne[0], nh / p->n_kv_heads, p->scale};
+                           q->ne[0], nh, k->ne[1], row_stride, head_stride, nh / p->n_kv_heads,
+                           p->scale};
     const int64_t n_tasks = n * p->n_kv_heads;
 #if KAZEIA_AVX2
     if (use_avx2())
@@ -61,13 +63,20 @@ ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k,
                               ggml_tensor *mask, const AttentionParams *params) {
     const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], n_kv = k->ne[1];
     GGML_ASSERT(q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F32 && v->type == GGML_TYPE_F32);
-    GGML_ASSERT(ggml_is_contiguous(q) && ggml_is_contiguous(k) && ggml_is_contiguous(v));
+    GGML_ASSERT(ggml_is_contiguous(q) && ggml_is_contiguous_rows(k) && ggml_is_contiguous_rows(v));
     GGML_ASSERT(params->n_kv_heads >= 1 && nh % params->n_kv_heads == 0);
-    GGML_ASSERT(k->ne[0] == hd * params->n_kv_heads && ggml_are_same_shape(k, v));
+    GGML_ASSERT(k->ne[0] == hd && k->ne[2] == params->n_kv_heads && k->ne[3] == 1);
+    GGML_ASSERT(ggml_are_same_shape(k, v) && k->nb[1] == v->nb[1] && k->nb[2] == v->nb[2]);
     GGML_ASSERT(mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask));
     GGML_ASSERT(mask->ne[0] == n_kv && mask->ne[1] == n);
     ggml_tensor *args[4] = {q, k, v, mask};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, hd * nh, n, 1, 1, args, 4, window_attention_kernel,
                           GGML_N_TASKS_MAX, const_cast<AttentionParams *>(params));
+}
+
+ggml_tensor *kv_heads(ggml_context *ctx, ggml_tensor *rows, int64_t hd) {
+    GGML_ASSERT(rows->ne[0] % hd == 0 && rows->ne[2] == 1 && rows->ne[3] == 1);
+    return ggml_view_3d(ctx, rows, hd, rows->ne[1], rows->ne[0] / hd, rows->nb[1],
+                        hd * ggml_element_size(rows), 0);
 }
 }  // namespace kazeia

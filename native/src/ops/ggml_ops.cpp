@@ -14,16 +14,14 @@ ggml_tensor *mul_mat_f32(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) {
 
 ggml_tensor *attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
                                    ggml_tensor *mask, int64_t n_kv_heads, float scale) {
-    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], nkv = n_kv_heads, n_kv = k->ne[1];
-    auto heads = [&](ggml_tensor *t) {  // [hd * nkv, n_kv] -> [hd, nkv, n_kv]
-        return ggml_view_3d(ctx, t, hd, nkv, n_kv, hd * ggml_element_size(t), t->nb[1], 0);
-    };
+    const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2];
+    GGML_ASSERT(k->ne[0] == hd && k->ne[2] == n_kv_heads && ggml_are_same_shape(k, v));
     // Dense operands: ggml's Vulkan backend copies a strided one to f16 before the product.
-    ggml_tensor *kh = ggml_cont(ctx, ggml_permute(ctx, heads(k), 0, 2, 1, 3));  // [hd, n_kv, nkv]
-    ggml_tensor *qh = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));         // [hd, n, nh]
+    ggml_tensor *kh = ggml_cont(ctx, k);                                 // [hd, n_kv, nkv]
+    ggml_tensor *qh = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));  // [hd, n, nh]
     // [n_kv, n, nh]; query head h reads kv head h / (nh / nkv), as ggml_mul_mat broadcasts.
     ggml_tensor *w = ggml_soft_max_ext(ctx, mul_mat_f32(ctx, kh, qh), mask, scale, 0.0f);
-    ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, heads(v), 1, 2, 0, 3));  // [n_kv, hd, nkv]
+    ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [n_kv, hd, nkv]
     ggml_tensor *o = ggml_permute(ctx, mul_mat_f32(ctx, vt, w), 0, 2, 1, 3);  // [hd, nh, n]
     return ggml_reshape_2d(ctx, ggml_cont(ctx, o), hd * nh, n);
 }

@@ -56,18 +56,18 @@ inline constexpr int64_t CONV_PREFETCH_K = 16;
         default: return kernel<T, 6>(__VA_ARGS__);             \
     }
 
-// What one (query, head) task of the attention op reads and writes.
+// What one (query, head) task of the attention op reads and writes: a key or value row of
+// head g at position c starts at g * head_stride + c * row_stride floats.
 struct AttentionRow {
     const float *qd, *kd, *vd, *md;
     float *od;
-    int64_t hd, nh, n_kv, kv_dim, group;
+    int64_t hd, nh, n_kv, row_stride, head_stride, group;
     float scale;
 };
 
-// A head's key or value rows lie one cache row apart (all heads of a position are together),
-// e.g. 4 KB for the talker: every row starts a new page, where the hardware prefetchers stop,
-// so the rows a few positions ahead are asked for here (else a long synthesis's talker waits
-// on its cache far longer than its bytes take to read).
+// A head's key or value rows may lie far apart (where a row holds all heads of a position,
+// as the decoder's do, a wide row puts each next one on a new page, where the hardware
+// prefetchers stop), so the rows a few positions ahead are asked for here.
 inline constexpr int64_t ATTENTION_PREFETCH = 16;  // positions ahead
 // Asks for the `n` floats of `rows`' row c + ATTENTION_PREFETCH (rows `stride` apart), if any.
 inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t stride, int64_t n) {
@@ -91,9 +91,10 @@ __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, 
     max_score.assign(a.group, -INFINITY);
     total.assign(a.group, 0.0f);
     const float *q0 = a.qd + (i * a.nh + g * a.group) * a.hd;
+    const float *k_rows = a.kd + g * a.head_stride, *v_rows = a.vd + g * a.head_stride;
     for (int64_t c = 0; c < a.n_kv; ++c) {
-        const float *kv = a.kd + c * a.kv_dim + g * a.hd;
-        prefetch_ahead(a.kd + g * a.hd, c, a.n_kv, a.kv_dim, a.hd);
+        const float *kv = k_rows + c * a.row_stride;
+        prefetch_ahead(k_rows, c, a.n_kv, a.row_stride, a.hd);
         for (int64_t h = 0; h < a.group; ++h) {
             const float s = row_mask[c] == -INFINITY
                                 ? -INFINITY
@@ -105,8 +106,8 @@ __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, 
     float *o0 = a.od + (i * a.nh + g * a.group) * a.hd;
     std::fill(o0, o0 + a.group * a.hd, 0.0f);
     for (int64_t c = 0; c < a.n_kv; ++c) {
-        const float *vv = a.vd + c * a.kv_dim + g * a.hd;
-        prefetch_ahead(a.vd + g * a.hd, c, a.n_kv, a.kv_dim, a.hd);
+        const float *vv = v_rows + c * a.row_stride;
+        prefetch_ahead(v_rows, c, a.n_kv, a.row_stride, a.hd);
         for (int64_t h = 0; h < a.group; ++h) {
             const float s = scores[h * a.n_kv + c];
             if (s == -INFINITY) continue;
