@@ -263,6 +263,8 @@ def bench_decoder(args: argparse.Namespace) -> int:
         "stream_ratio_ok": all(rows[n]["vs_full"] <= T["stream_ratio"] for n in stream_names),
         "rss_mb_max": T["peak_rss_mb"],
         "rss_ok": all(r["peak_rss_mb"] <= T["peak_rss_mb"] for r in rows.values()),
+        "peak_share_min": T["full_peak_share"],
+        "peak_share_ok": compute["full_gflop_s"] >= T["full_peak_share"] * peak,
     }
     result = {
         "bench": "decoder",
@@ -401,7 +403,8 @@ def decoder_table(result: dict[str, Any]) -> str:
     lines.append(
         f"Targets: full decode RTF <= {T['full_rtf']}: {ok(tg['full_rtf_ok'])}; streaming "
         f"total <= {T['stream_ratio']:.2f}x full: {ok(tg['stream_ratio_ok'])}; decoder peak "
-        f"RSS <= {T['peak_rss_mb']:.0f} MB: {ok(tg['rss_ok'])}"
+        f"RSS <= {T['peak_rss_mb']:.0f} MB: {ok(tg['rss_ok'])}; full decode >= "
+        f"{100 * T['full_peak_share']:.0f}% of the FMA peak: {ok(tg['peak_share_ok'])}"
     )
     lines.append(
         "RTF (from the median) = compute s / audio s; vs full decode = median / median of the "

@@ -13,6 +13,7 @@ TARGETS: dict[str, dict[str, float]] = {
         "full_rtf": 1.2,  # one-shot decode: compute s / audio s
         "stream_ratio": 1.10,  # streaming total / one-shot total
         "peak_rss_mb": 700.0,
+        "full_peak_share": 0.5,  # one-shot GFLOP/s / the FMA peak of the same threads
     },
     # talker + code predictor (ms per steady-state frame)
     "generate": {

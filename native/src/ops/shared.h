@@ -43,6 +43,12 @@ inline constexpr int64_t CONV_NR = 6;
 // reuse each weight, neither gain nor lose).
 inline constexpr int64_t CONV_PREFETCH_K = 16;
 
+// Put before each loop over a micro-kernel's columns. GCC splits an array of accumulators into
+// registers only when every loop that indexes it is unrolled first (a constant index
+// everywhere): otherwise it keeps the array in memory and stores every accumulator at each step
+// of K, which makes the kernel bound by stores instead of multiply-adds.
+#define KAZEIA_UNROLL_COLUMNS _Pragma("GCC unroll 8")
+
 // One instance per tile width (COLS is a constant: the loops unroll), called with the arguments
 // that follow the kernel's name; `cols` and the weight type `T` are the caller's.
 #define KAZEIA_TILE_CASES(kernel, ...)                         \

@@ -21,10 +21,12 @@ inline void micro_kernel(const T *a, const float *const b[CONV_NR], int64_t kc,
                          float acc[CONV_NR][CONV_PANEL]) {
     static_assert(CONV_PANEL == 16, "four NEON vectors per panel column");
     float32x4_t c[COLS][4];
+    KAZEIA_UNROLL_COLUMNS
     for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = vdupq_n_f32(0.0f);
     for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
         __builtin_prefetch(a + CONV_PREFETCH_K * CONV_PANEL);
         const float32x4_t a0 = load4(a), a1 = load4(a + 4), a2 = load4(a + 8), a3 = load4(a + 12);
+        KAZEIA_UNROLL_COLUMNS
         for (int j = 0; j < COLS; ++j) {
             const float32x4_t v = vdupq_n_f32(b[j][k]);
             c[j][0] = vfmaq_f32(c[j][0], a0, v);
@@ -33,8 +35,13 @@ inline void micro_kernel(const T *a, const float *const b[CONV_NR], int64_t kc,
             c[j][3] = vfmaq_f32(c[j][3], a3, v);
         }
     }
-    for (int j = 0; j < COLS; ++j)
-        for (int q = 0; q < 4; ++q) vst1q_f32(acc[j] + 4 * q, c[j][q]);
+    KAZEIA_UNROLL_COLUMNS
+    for (int j = 0; j < COLS; ++j) {
+        vst1q_f32(acc[j], c[j][0]);
+        vst1q_f32(acc[j] + 4, c[j][1]);
+        vst1q_f32(acc[j] + 8, c[j][2]);
+        vst1q_f32(acc[j] + 12, c[j][3]);
+    }
 }
 
 template <typename T>

@@ -22,16 +22,19 @@ template <typename T, int COLS>
 KAZEIA_AVX2_FN inline void micro_kernel(const T *a, const float *const b[CONV_NR], int64_t kc,
                                         float acc[CONV_NR][CONV_PANEL]) {
     __m256 c[COLS][2];
+    KAZEIA_UNROLL_COLUMNS
     for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm256_setzero_ps();
     for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
         _mm_prefetch(reinterpret_cast<const char *>(a + CONV_PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
         const __m256 a0 = load8(a), a1 = load8(a + 8);
+        KAZEIA_UNROLL_COLUMNS
         for (int j = 0; j < COLS; ++j) {
             const __m256 v = _mm256_broadcast_ss(b[j] + k);
             c[j][0] = _mm256_fmadd_ps(a0, v, c[j][0]);
             c[j][1] = _mm256_fmadd_ps(a1, v, c[j][1]);
         }
     }
+    KAZEIA_UNROLL_COLUMNS
     for (int j = 0; j < COLS; ++j) {
         _mm256_storeu_ps(acc[j], c[j][0]);
         _mm256_storeu_ps(acc[j] + 8, c[j][1]);
@@ -61,17 +64,20 @@ KAZEIA_AVX512_FN inline void pair_micro_kernel(const T *a, const T *a2,
                                                float acc[2][CONV_NR][CONV_PANEL]) {
     static_assert(CONV_PANEL == 16, "one 16-lane register per panel column");
     __m512 c[COLS][2];
+    KAZEIA_UNROLL_COLUMNS
     for (int j = 0; j < COLS; ++j) c[j][0] = c[j][1] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL, a2 += CONV_PANEL) {
         _mm_prefetch(reinterpret_cast<const char *>(a + CONV_PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char *>(a2 + CONV_PREFETCH_K * CONV_PANEL), _MM_HINT_T0);
         const __m512 w0 = load16(a), w1 = load16(a2);
+        KAZEIA_UNROLL_COLUMNS
         for (int j = 0; j < COLS; ++j) {
             const __m512 v = _mm512_set1_ps(b[j][k]);
             c[j][0] = _mm512_fmadd_ps(w0, v, c[j][0]);
             c[j][1] = _mm512_fmadd_ps(w1, v, c[j][1]);
         }
     }
+    KAZEIA_UNROLL_COLUMNS
     for (int j = 0; j < COLS; ++j) {
         _mm512_storeu_ps(acc[0][j], c[j][0]);
         _mm512_storeu_ps(acc[1][j], c[j][1]);
