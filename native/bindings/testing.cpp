@@ -81,11 +81,12 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
         v.shape(0) != n_kv || v.shape(1) != k.shape(1) || mask.shape(0) != n ||
         mask.shape(1) != n_kv || (cache_capacity != 0 && cache_capacity < n_kv))
         throw InputError("window_attention: inconsistent shapes");
-    const int64_t slots = std::max(cache_capacity, n_kv);
-    // Inputs, the caches, the output and the ggml ops' intermediates (a few times q's and the
-    // scores' size).
-    const size_t bytes =
-        (q.size() * 8 + k.size() + v.size() + 2 * slots * k.shape(1) + mask.size() * 4 * nh + n * nh * hd * 4) * 4;
+    // The inputs (k and v side by side, or in caches of cache_capacity slots), then at most what
+    // the ggml ops make: dense copies of q, k and v, the scores and their softmax, the output and
+    // its dense copy.
+    const int64_t kv_slots = cache_capacity ? cache_capacity : n_kv;
+    const size_t bytes = (2 * q.size() + 2 * (kv_slots + n_kv) * k.shape(1) + mask.size() * (1 + 2 * nh) +
+                          2 * n * nh * hd) * sizeof(float);
     ggml_init_params params = {bytes + 64 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr,
                                false};
     GgmlContextPtr ctx(ggml_init(params));
@@ -95,8 +96,7 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
         return t;
     };
     auto heads = [&](const FloatArray &rows) {  // -> [hd, n_kv, nkv] views
-        ggml_tensor *side_by_side = tensor(rows, rows.shape(1), n_kv, 1);
-        if (cache_capacity == 0) return kv_heads(ctx.get(), side_by_side, hd);
+        if (cache_capacity == 0) return kv_heads(ctx.get(), tensor(rows, rows.shape(1), n_kv, 1), hd);
         ggml_tensor *cache = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, hd, cache_capacity, n_kv_heads);
         auto *c = static_cast<float *>(cache->data);
         std::fill(c, c + ggml_nelements(cache), std::numeric_limits<float>::quiet_NaN());
