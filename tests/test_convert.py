@@ -358,6 +358,17 @@ def test_talker_gguf_matches_native_tables(talker_gguf: dict[str, Path]) -> None
         assert ("cp.in_proj.weight" in {t.name for t in reader.tensors}) == model.endswith("1.7b")
 
 
+@pytest.mark.parametrize("out_type", ["q6_k", "q5_k", "q4_k"])
+def test_k_quant_rows_that_do_not_fit_fall_back_to_q8_0_then_f16(
+    tmp_path: Path, out_type: str
+) -> None:
+    """The k-quants' blocks are 256 values: tiny rows of 64 go to q8_0, of 16 to f16."""
+    out = convert_part("talker", TINY, tmp_path / "talker.gguf", out_type)
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(out).tensors}
+    assert types["tlk.blk.0.ffn_down.weight"] == gguf.GGMLQuantizationType.Q8_0  # rows of 64
+    assert types["tlk.blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.F16  # rows of 16
+
+
 def test_talker_quant_fallback_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Rows of 16 values (tiny widths) fit no quant block: f16, said in the log."""
     import logging

@@ -1,4 +1,4 @@
-"""Quantized talker weights (q8_0, q4_k) against f32 on a mid-size random checkpoint.
+"""Quantized talker weights (q8_0, q6_k, q5_k, q4_k) against f32 on a mid-size random checkpoint.
 
 The tiny references are too narrow for the quant block sizes (rows of 16 values fall back to
 f16), so this test builds a checkpoint whose rows fit them: widths 256, the real vocabularies.
@@ -17,30 +17,57 @@ from kazeia_dev.bench.quality import mean_kl
 
 from wyoming_kazeia._native import testing
 from wyoming_kazeia.convert import convert_part
+from wyoming_kazeia.errors import InputError
 from wyoming_kazeia.native import Generator, formats
 
 
-@pytest.mark.parametrize(("qtype", "max_err"), [("q8_0", 0.01), ("q4_k", 0.1)])
+# Gaussian rows lose ~0.5% (q8_0), ~1.8% (q6_k), ~3.6% (q5_k), ~7% (q4_k): each bit less
+# doubles the error. The bounds leave room for another seed, not for a wrong format.
+@pytest.mark.parametrize(
+    ("qtype", "max_err"), [("q8_0", 0.01), ("q6_k", 0.025), ("q5_k", 0.05), ("q4_k", 0.1)]
+)
 def test_weight_error(qtype: str, max_err: float) -> None:
     """Relative RMS error of ggml's quantizers on Gaussian rows, via gguf-py's dequantizer."""
     import gguf
 
     x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
     raw = np.frombuffer(formats.quantize(x, qtype), np.uint8).reshape(64, -1)
-    kind = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K}
-    y = gguf.quants.dequantize(raw, kind[qtype])
+    y = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[qtype.upper()])
     err = float(np.sqrt(((y - x) ** 2).mean() / (x**2).mean()))
     assert 0 < err < max_err
 
 
-# Bounds. Random Gaussian weights have no structure for 4 bits to exploit: q4_k's weight error
-# is ~7% RMS (q8_0: ~0.5%, see test_weight_error), it compounds through the layers, and random
-# heads give flat logits whose top-2 gaps are small, so q4_k flips many argmaxes here. Real
-# checkpoints are more forgiving; these bounds catch a broken quantizer or kernel (which gives
-# KL >> 1 and chance-level agreement, ~1/2048).
+@pytest.mark.parametrize(
+    ("shape", "qtype", "message"),
+    [
+        ((4, 0), "q6_k", "rows of 0 values"),
+        ((0,), "q8_0", "rows of 0 values"),
+        ((2, 128), "q5_k", "rows of 128 values, q5_k needs a multiple of 256"),
+        ((2, 256), "q3_k", "must be one of f16, q8_0, q6_k, q5_k, q4_k, got q3_k"),
+    ],
+)
+def test_quantize_refuses_what_it_cannot_store(
+    shape: tuple[int, ...], qtype: str, message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        formats.quantize(np.zeros(shape, np.float32), qtype)
+
+
+# Bounds. Random Gaussian weights have no structure for fewer bits to exploit: q4_k's weight
+# error is ~7% RMS (q8_0: ~0.5%, see test_weight_error), it compounds through the layers, and
+# random heads give flat logits whose top-2 gaps are small, so q4_k flips many argmaxes here
+# (q6_k and q5_k fewer: measured KL about 1e-2 and 3e-2). Real checkpoints are more forgiving;
+# these bounds catch a broken quantizer or kernel (which gives KL >> 1 and chance-level
+# agreement, ~1/2048).
 @pytest.mark.parametrize(
     ("qtype", "max_kl", "min_top1"),
-    [("q8_0", 5e-3, 0.95), ("q4_k", 0.3, 0.5), ("q4_k_mix", 0.3, 0.5)],
+    [
+        ("q8_0", 5e-3, 0.95),
+        ("q6_k", 0.05, 0.8),
+        ("q5_k", 0.1, 0.65),
+        ("q4_k", 0.3, 0.5),
+        ("q4_k_mix", 0.3, 0.5),
+    ],
 )
 def test_quantized_logits_close_to_f32(
     tmp_path_factory: pytest.TempPathFactory,

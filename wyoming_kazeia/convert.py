@@ -1,6 +1,8 @@
 """Convert a Hugging Face Qwen3-TTS 12 Hz checkpoint into the GGUF files of the native engine.
 
-    python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR [--type f32|f16|q8_0|q4_k|q4_k_mix]
+    python -m wyoming_kazeia.convert CHECKPOINT_DIR OUT_DIR [--type TYPE]
+
+(TYPE: f32, the default, or f16, q8_0, q6_k, q5_k, q4_k, q4_k_mix: see OUT_TYPES)
 
 writes one GGUF file per model part (OUT_DIR/decoder.gguf: the speech decoder; OUT_DIR/talker.gguf:
 talker, text path and code predictor) and copies the tokenizer files. The parts and their format
@@ -205,7 +207,7 @@ def _typed(value: Any, kind: str, key: str) -> Any:
 
 @dataclass(frozen=True)
 class _OutTensor:
-    """A tensor as written: name, numpy-order shape, storage type (f32, f16, q8_0, q4_k)."""
+    """A tensor as written: name, numpy-order shape, storage type (f32, f16, q8_0, q4_k, ...)."""
 
     name: str
     shape: tuple[int, ...]
@@ -221,7 +223,19 @@ _QTYPES = {
     "f32": gguf.GGMLQuantizationType.F32,
     "f16": gguf.GGMLQuantizationType.F16,
     "q8_0": gguf.GGMLQuantizationType.Q8_0,
+    "q6_k": gguf.GGMLQuantizationType.Q6_K,
+    "q5_k": gguf.GGMLQuantizationType.Q5_K,
     "q4_k": gguf.GGMLQuantizationType.Q4_K,
+}
+
+
+# What a matrix whose rows do not fit a type's block (256 values for the k-quants, 32 for q8_0)
+# is stored as instead: the next type down that fits.
+_FALLBACKS = {
+    "q8_0": ["q8_0", "f16"],
+    "q6_k": ["q6_k", "q8_0", "f16"],
+    "q5_k": ["q5_k", "q8_0", "f16"],
+    "q4_k": ["q4_k", "q8_0", "f16"],
 }
 
 
@@ -232,9 +246,8 @@ def _row_bytes(qtype: str, n: int) -> int:
 
 def fitting_type(wanted: str, row: int) -> str:
     """The storage type for a matrix of rows of `row` values: `wanted` when its block size
-    divides the row, else the next type that fits (q4_k -> q8_0 -> f16)."""
-    chain = {"q4_k": ["q4_k", "q8_0", "f16"], "q8_0": ["q8_0", "f16"]}.get(wanted, [wanted])
-    for qtype in chain:
+    divides the row, else the next type that fits (q6_k, q5_k, q4_k -> q8_0 -> f16)."""
+    for qtype in _FALLBACKS.get(wanted, [wanted]):
         if row % gguf.GGML_QUANT_SIZES[_QTYPES[qtype]][0] == 0:
             return qtype
     return "f32"

@@ -18,9 +18,10 @@ from typing import Any
 from .errors import SettingsError
 from .native import DECODER_GPU_CHUNK_FRAMES
 
-# The talker's weight types (the converter's --type). q4_k_mix: 4-bit talker attention and MLP,
-# q8_0 elsewhere (docs/hardware.md "Which weight type" compares them).
-QUANT_TYPES = ("f32", "f16", "q8_0", "q4_k", "q4_k_mix")
+# The talker's weight types (the converter's --type): ggml's, from most exact to smallest, and
+# q4_k_mix: 4-bit talker attention and MLP, q8_0 elsewhere (docs/hardware.md "Which weight type"
+# compares them).
+QUANT_TYPES = ("f32", "f16", "q8_0", "q6_k", "q5_k", "q4_k", "q4_k_mix")
 # The model parts that can each be placed on a device (their --<part>-backend settings).
 PARTS = ("talker", "predictor", "decoder")
 

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -170,15 +172,26 @@ void def_formats(py::module_ &m) {
         "quantize",
         [](const py::array_t<float, py::array::c_style | py::array::forcecast> &data,
            const std::string &type) {
-            ggml_type t;
-            if (type == "q8_0") t = GGML_TYPE_Q8_0;
-            else if (type == "q4_k") t = GGML_TYPE_Q4_K;
-            else if (type == "f16") t = GGML_TYPE_F16;
-            else throw InputError("quantize: type must be q8_0, q4_k or f16");
+            // The converter's weight types by their --type names (gguf's own names in lower case).
+            static const std::pair<const char *, ggml_type> types[] = {
+                {"f16", GGML_TYPE_F16},   {"q8_0", GGML_TYPE_Q8_0}, {"q6_k", GGML_TYPE_Q6_K},
+                {"q5_k", GGML_TYPE_Q5_K}, {"q4_k", GGML_TYPE_Q4_K},
+            };
+            const auto *found = std::find_if(std::begin(types), std::end(types),
+                                             [&](const auto &e) { return type == e.first; });
+            if (found == std::end(types)) {
+                std::string known;
+                for (const auto &e : types) known += std::string(known.empty() ? "" : ", ") + e.first;
+                throw InputError("quantize: type must be one of " + known + ", got " + type);
+            }
+            const ggml_type t = found->second;
             if (data.ndim() < 1) throw InputError("quantize: need at least one dimension");
-            const int64_t row = data.shape(data.ndim() - 1), rows = data.size() / std::max<int64_t>(row, 1);
-            if (row % ggml_blck_size(t)) throw InputError("quantize: row length not a multiple of the block size");
-            py::bytes out;
+            const int64_t row = data.shape(data.ndim() - 1);
+            if (row == 0) throw InputError("quantize: rows of 0 values");
+            const int64_t rows = data.size() / row;
+            if (row % ggml_blck_size(t))
+                throw InputError("quantize: rows of " + std::to_string(row) + " values, " + type +
+                                 " needs a multiple of " + std::to_string(ggml_blck_size(t)));
             std::string buf(ggml_row_size(t, row) * rows, '\0');
             {
                 py::gil_scoped_release release;
@@ -187,13 +200,6 @@ void def_formats(py::module_ &m) {
             return py::bytes(buf);
         },
         py::arg("data"), py::arg("type"), "ggml quantization of f32 rows (last dimension).");
-    m.def(
-        "quant_block_size", [](const std::string &type) -> int64_t {
-            if (type == "q8_0") return ggml_blck_size(GGML_TYPE_Q8_0);
-            if (type == "q4_k") return ggml_blck_size(GGML_TYPE_Q4_K);
-            return 1;
-        },
-        py::arg("type"));
 
 }
 

@@ -93,7 +93,7 @@ enum class Storage {
     F16_WHEN_QUANTIZED,  // f32 for --type f32, else f16: matrices that our own GEMM widens to
                          // f32 math (the compute-bound decoder: activations stay f32)
     QUANTIZABLE,         // the --type itself; a row that does not fit its block size falls back
-                         // to the next type that fits (q4_k -> q8_0 -> f16)
+                         // to the next type that fits (q6_k, q5_k, q4_k -> q8_0 -> f16)
 };
 
 struct TensorSpec {

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from wyoming_kazeia.settings import PARTS, EngineSettings
+from wyoming_kazeia.settings import PARTS, QUANT_TYPES, EngineSettings
 
 from .common import (
     GEN_SENTENCE,
@@ -99,7 +99,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--type",
-        choices=("q8_0", "q4_k", "f16", "f32"),
+        choices=QUANT_TYPES,
         default=ENGINE_TALKER_TYPE,
         help=f"the talker's weight type (default {ENGINE_TALKER_TYPE})",
     )

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from wyoming_kazeia.native import PROMPT_ROLE_TOKENS, PROMPT_TRAILER_TOKENS
+from wyoming_kazeia.settings import QUANT_TYPES
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
@@ -101,9 +102,11 @@ def add_parser(subparsers: Any) -> None:
 
 def _parse_types(text: str) -> list[str]:
     types = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [t for t in types if t not in ("f32", "f16", "q8_0", "q4_k")]
+    bad = [t for t in types if t not in QUANT_TYPES]
     if not types or bad:
-        raise BenchError(f"--types takes a comma-separated subset of f32,f16,q8_0,q4_k: {text!r}")
+        raise BenchError(
+            f"--types takes a comma-separated subset of {','.join(QUANT_TYPES)}: {text!r}"
+        )
     return types
 
 

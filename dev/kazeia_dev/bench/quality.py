@@ -32,7 +32,7 @@ from .common import (
 )
 from .generate import prompt_ids
 
-QUALITY_TYPES = ("q8_0", "q4_k", "q4_k_mix")
+QUALITY_TYPES = ("q8_0", "q6_k", "q5_k", "q4_k", "q4_k_mix")
 # Sentences of the prompts (the checkpoint's own tokenizer makes their ids).
 QUALITY_TEXTS = (
     "Hello, world! This is a test of the Qwen3 TTS engine.",
