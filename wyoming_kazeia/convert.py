@@ -219,14 +219,9 @@ class _OutTensor:
         return rows * _row_bytes(self.qtype, row)
 
 
-_QTYPES = {
-    "f32": gguf.GGMLQuantizationType.F32,
-    "f16": gguf.GGMLQuantizationType.F16,
-    "q8_0": gguf.GGMLQuantizationType.Q8_0,
-    "q6_k": gguf.GGMLQuantizationType.Q6_K,
-    "q5_k": gguf.GGMLQuantizationType.Q5_K,
-    "q4_k": gguf.GGMLQuantizationType.Q4_K,
-}
+def _gguf_type(qtype: str) -> gguf.GGMLQuantizationType:
+    """gguf's type of a storage type: the same name in lower case (f32, q8_0, q6_k, ...)."""
+    return gguf.GGMLQuantizationType[qtype.upper()]
 
 
 # What a matrix whose rows do not fit a type's block (256 values for the k-quants, 32 for q8_0)
@@ -240,7 +235,7 @@ _FALLBACKS = {
 
 
 def _row_bytes(qtype: str, n: int) -> int:
-    block, size = gguf.GGML_QUANT_SIZES[_QTYPES[qtype]]
+    block, size = gguf.GGML_QUANT_SIZES[_gguf_type(qtype)]
     return n // block * size
 
 
@@ -248,7 +243,7 @@ def fitting_type(wanted: str, row: int) -> str:
     """The storage type for a matrix of rows of `row` values: `wanted` when its block size
     divides the row, else the next type that fits (q6_k, q5_k, q4_k -> q8_0 -> f16)."""
     for qtype in _FALLBACKS.get(wanted, [wanted]):
-        if row % gguf.GGML_QUANT_SIZES[_QTYPES[qtype]][0] == 0:
+        if row % gguf.GGML_QUANT_SIZES[_gguf_type(qtype)][0] == 0:
             return qtype
     return "f32"
 
@@ -322,7 +317,11 @@ def _write_gguf(
             else:
                 byte_shape = (*t.shape[:-1], _row_bytes(t.qtype, t.shape[-1]))
                 writer.add_tensor_info(
-                    t.name, byte_shape, np.dtype(np.uint8), t.nbytes(), raw_dtype=_QTYPES[t.qtype]
+                    t.name,
+                    byte_shape,
+                    np.dtype(np.uint8),
+                    t.nbytes(),
+                    raw_dtype=_gguf_type(t.qtype),
                 )
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
