@@ -189,20 +189,75 @@ def _q8_inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-@pytest.mark.parametrize(
-    ("m", "k", "n", "threads"), [(301, 64, 1, 3), (1000, 96, 2, 2), (7, 32, 1, 4)]
-)
-def test_a_product_split_into_streams_computes_every_row_once(
-    m: int, k: int, n: int, threads: int
-) -> None:
-    """The weight products of a decoding step (ggml's dot product per row) split each task's
-    rows into several streams: with tasks and streams of uneven length, every row of the
-    product is still there, against float64 on the same quantized values."""
-    w, x = _q8_inputs(m, k, n)
-    ours = testing.q8_matmul(w, x, gemm=False, threads=threads)
-    exact = ours["x"].astype(np.float64) @ ours["w"].astype(np.float64).T
-    assert ours["y"].shape == (n, m)
-    assert np.abs(ours["y"] - exact).max() < 1e-5 * np.abs(exact).max()
+def test_weight_rows_are_read_as_one_stream_on_amd_and_as_streams_elsewhere() -> None:
+    """The way the weight products read their rows follows the CPU's vendor (what the prefetchers
+    of each family serve best), unless KAZEIA_WEIGHT_READS forces one."""
+    if os.environ.get("KAZEIA_WEIGHT_READS"):
+        pytest.skip("KAZEIA_WEIGHT_READS is set in this environment")
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    amd = platform.machine() == "x86_64" and any(
+        vendor in cpuinfo for vendor in ("AuthenticAMD", "HygonGenuine")
+    )
+    way = "one stream" if amd else "4 prefetched streams"
+    assert native.KERNEL_ISA.endswith(f"weight rows read as {way}")
+
+
+# Run in a fresh process with KAZEIA_WEIGHT_READS set: the products of a decoding step (ggml's
+# dot product per row) read as each CPU family reads them; a last field 1 runs the prefill's
+# q8_gemm first, which leaves the rows past the last whole 8-row panel to them.
+ROW_READS = """
+import sys
+import numpy as np
+from wyoming_kazeia import native
+from wyoming_kazeia._native import testing
+out = {}
+for shape in sys.argv[2:]:
+    m, k, n, threads, gemm = (int(v) for v in shape.split("x"))
+    rng = np.random.default_rng(m * k + n)
+    w = rng.standard_normal((m, k), dtype=np.float32)
+    x = rng.standard_normal((n, k), dtype=np.float32)
+    got = testing.q8_matmul(w, x, gemm=bool(gemm), threads=threads)
+    out[shape] = got["y"]
+    out[shape + "_exact"] = got["x"].astype(np.float64) @ got["w"].astype(np.float64).T
+np.savez(sys.argv[1], isa=np.array(native.KERNEL_ISA), **out)
+"""
+
+
+def test_every_way_of_reading_weight_rows_computes_every_row_once(tmp_path: Path) -> None:
+    """The weight products of a decoding step read each task's rows as 4 prefetched streams (the
+    default but on AMD) or as one stream (AMD), forced by KAZEIA_WEIGHT_READS in a fresh
+    process: with tasks and streams of uneven length every row of the product is there, against
+    float64 on the same quantized values, and both ways give the same bits (each row's dot
+    product is the same call)."""
+    shapes = [
+        "301x64x1x3x0",
+        "1000x96x2x2x0",
+        "7x32x1x4x0",
+        "3x32x1x1x0",
+        "4099x128x1x2x0",
+        "19x64x9x2x1",
+        "1003x96x13x2x1",
+    ]
+    got = {}
+    for reads, name in (("streams", "4 prefetched streams"), ("sequential", "one stream")):
+        out = tmp_path / f"{reads}.npz"
+        env = {**os.environ, "KAZEIA_WEIGHT_READS": reads}
+        r = subprocess.run(
+            [sys.executable, "-c", ROW_READS, str(out), *shapes],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 0, r.stderr
+        got[reads] = np.load(out)
+        assert str(got[reads]["isa"]).endswith(f"weight rows read as {name}")
+        for shape in shapes:
+            m, _, n, _, _ = (int(v) for v in shape.split("x"))
+            y, exact = got[reads][shape], got[reads][shape + "_exact"]
+            assert y.shape == (n, m)
+            assert np.abs(y - exact).max() < 1e-5 * np.abs(exact).max(), (reads, shape)
+    for shape in shapes:
+        assert np.array_equal(got["streams"][shape], got["sequential"][shape]), shape
 
 
 @pytest.mark.parametrize(("m", "k", "n"), Q8_SHAPES)

@@ -57,6 +57,21 @@ namespace kazeia {
 ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
                           ggml_tensor *ids = nullptr);
 
+// How a weight product's task reads its weight rows from memory: a product of a matrix with one
+// column is bound by how fast a core brings the matrix in, and CPU families differ in what their
+// prefetchers serve best: measured on Intel, one sequential stream keeps too few misses in
+// flight and several streams whose next rows are prefetched by hand are faster; measured on
+// AMD, the cores' own prefetchers follow one stream at the bandwidth and lose from several.
+struct WeightReads {
+    int64_t streams;    // sequential streams a task reads in turn, a row of each
+    bool prefetch;      // ask for each stream's next row while computing the current one
+    const char *name;   // "4 prefetched streams", "one stream" (start banner, benches)
+};
+// This CPU's way: one stream on AMD (and Hygon), 4 prefetched streams elsewhere.
+// KAZEIA_WEIGHT_READS=streams or =sequential forces one (benches compare them; any other value
+// is ignored, as KAZEIA_KERNELS's are). Chosen once per process.
+const WeightReads &weight_reads();
+
 // What pool_mul_mat computes once its activations are in the weight's dot type: y [n, M] from W
 // (M rows of w_row bytes, of `type`) and x (n rows of x_row bytes), on `pool`. `gemm` (q8_0
 // only): q8_gemm for the rows of whole 8-row panels; ggml's dot product per (row, column) for

@@ -18,7 +18,8 @@ const char *kernel_isa() {
 #else
     const char *decoder = "portable";
 #endif
-    static const std::string isa = std::string(decoder) + ", q8_0 prefill " + q8_gemm_isa();
+    static const std::string isa = std::string(decoder) + ", q8_0 prefill " + q8_gemm_isa() +
+                                   ", weight rows read as " + weight_reads().name;
     return isa.c_str();
 }
 

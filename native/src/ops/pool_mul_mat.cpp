@@ -3,7 +3,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "cpu_backend.h"
 #include "ggml-cpu.h"
@@ -16,11 +21,9 @@ namespace {
 
 constexpr int64_t MUL_MAT_MIN_TASK_ROWS = 64;
 constexpr int64_t MUL_MAT_TASKS_PER_THREAD = 4;
-// A product with few columns is bound by how fast a core brings its weights in: one
-// sequential stream is bound by the misses a core keeps in flight while it computes. So each
-// task reads its rows as several streams in turn, and asks for each stream's next row while it
-// computes the current one.
-constexpr int64_t MUL_MAT_STREAMS = 4;
+
+constexpr WeightReads PREFETCHED_STREAMS{4, true, "4 prefetched streams"};
+constexpr WeightReads ONE_STREAM{1, false, "one stream"};
 
 void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata) {
     if (ith != 0) return;
@@ -54,6 +57,28 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
 
 }  // namespace
 
+const WeightReads &weight_reads() {
+    static const WeightReads reads = [] {
+        const char *forced = std::getenv("KAZEIA_WEIGHT_READS");
+        if (forced && std::strcmp(forced, "streams") == 0) return PREFETCHED_STREAMS;
+        if (forced && std::strcmp(forced, "sequential") == 0) return ONE_STREAM;
+#if defined(__x86_64__)
+        // The vendor string of CPUID leaf 0 (EBX, EDX, ECX): Hygon's CPUs are AMD's Zen cores.
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        char vendor[13] = {};
+        if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+            std::memcpy(vendor, &ebx, 4);
+            std::memcpy(vendor + 4, &edx, 4);
+            std::memcpy(vendor + 8, &ecx, 4);
+        }
+        if (std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0)
+            return ONE_STREAM;
+#endif
+        return PREFETCHED_STREAMS;
+    }();
+    return reads;
+}
+
 void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, int64_t K,
                        const char *x, size_t x_row, int64_t n, float *y, WorkerPool *pool, bool gemm) {
     int64_t m_first = 0;  // rows below it are done
@@ -65,19 +90,20 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
     const int64_t rows = M - m_first;
     if (rows == 0) return;
     const ggml_type_traits_cpu *traits = cpu_backend().type_traits(type);
-    // Few long tasks: each reads its rows as MUL_MAT_STREAMS long sequential streams, which
-    // the hardware prefetchers serve far better than many short ones. A few tasks per thread
+    // Few long tasks: each reads its rows as one or a few long sequential streams
+    // (weight_reads), which the hardware prefetchers serve far better than many short ones. A few tasks per thread
     // still let a preempted thread's share be taken over.
     const int64_t n_tasks = std::max<int64_t>(
         1, std::min<int64_t>((rows + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
                              MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
     const int64_t rows_per_task = (rows + n_tasks - 1) / n_tasks;
+    const WeightReads &reads = weight_reads();
     pool->run(n_tasks, [&](int64_t t) {
         const int64_t m0 = m_first + t * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
-        const int64_t per_stream = (m1 - m0 + MUL_MAT_STREAMS - 1) / MUL_MAT_STREAMS;
+        const int64_t per_stream = (m1 - m0 + reads.streams - 1) / reads.streams;
         for (int64_t i = 0; i < per_stream; ++i)
             for (int64_t m = m0 + i; m < m1; m += per_stream) {
-                if (i + 1 < per_stream && m + 1 < m1) {
+                if (reads.prefetch && i + 1 < per_stream && m + 1 < m1) {
                     const char *next = w + (m + 1) * w_row;
                     for (size_t b = 0; b < w_row; b += 64) __builtin_prefetch(next + b);
                 }
