@@ -91,8 +91,8 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
     if (rows == 0) return;
     const ggml_type_traits_cpu *traits = cpu_backend().type_traits(type);
     // Few long tasks: each reads its rows as one or a few long sequential streams
-    // (weight_reads), which the hardware prefetchers serve far better than many short ones. A few tasks per thread
-    // still let a preempted thread's share be taken over.
+    // (weight_reads), which the hardware prefetchers serve far better than many short ones. A
+    // few tasks per thread still let a preempted thread's share be taken over.
     const int64_t n_tasks = std::max<int64_t>(
         1, std::min<int64_t>((rows + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
                              MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
