@@ -190,8 +190,9 @@ def _q8_inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_weight_rows_are_read_as_one_stream_on_amd_and_as_streams_elsewhere() -> None:
-    """The way the weight products read their rows follows the CPU's vendor (what the prefetchers
-    of each family serve best), unless KAZEIA_WEIGHT_READS forces one."""
+    """The way the weight products that ggml's dot product computes row by row read their rows
+    follows the CPU's vendor (what the prefetchers of each family serve best), unless
+    KAZEIA_WEIGHT_READS forces one."""
     if os.environ.get("KAZEIA_WEIGHT_READS"):
         pytest.skip("KAZEIA_WEIGHT_READS is set in this environment")
     cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -199,12 +200,25 @@ def test_weight_rows_are_read_as_one_stream_on_amd_and_as_streams_elsewhere() ->
         vendor in cpuinfo for vendor in ("AuthenticAMD", "HygonGenuine")
     )
     way = "one stream" if amd else "4 prefetched streams"
-    assert native.KERNEL_ISA.endswith(f"weight rows read as {way}")
+    assert native.KERNEL_ISA.endswith(f"other rows read as {way}")
 
 
-# Run in a fresh process with KAZEIA_WEIGHT_READS set: the products of a decoding step (ggml's
-# dot product per row) read as each CPU family reads them; a last field 1 runs the prefill's
-# q8_gemm first, which leaves the rows past the last whole 8-row panel to them.
+def test_q8_0_decoding_steps_run_our_dot_product_where_the_cpu_has_avx2() -> None:
+    """The q8_0 products of a decoding step: our 4-row dot product where the CPU has AVX2 (its
+    VNNI path where it has AVX-512 VNNI), ggml's row by row elsewhere (aarch64 included)."""
+    if os.environ.get("KAZEIA_KERNELS"):
+        pytest.skip("KAZEIA_KERNELS is set in this environment")
+    flags = Path("/proc/cpuinfo").read_text().split()
+    expected = "ggml"
+    if platform.machine() == "x86_64" and {"avx2", "fma", "f16c"} <= set(flags):
+        vnni = {"avx512_vnni", "avx512vl"} <= set(flags)
+        expected = "AVX-512 VNNI" if vnni else "AVX2"
+    assert f", q8_0 steps {expected}, " in native.KERNEL_ISA
+
+
+# Run in a fresh process with KAZEIA_KERNELS / KAZEIA_WEIGHT_READS set: the q8_0 products of a
+# decoding step (rows x columns, threads); a last field 1 runs the prefill's q8_gemm first,
+# which leaves the rows past the last whole 8-row panel to them.
 ROW_READS = """
 import sys
 import numpy as np
@@ -222,26 +236,40 @@ for shape in sys.argv[2:]:
 np.savez(sys.argv[1], isa=np.array(native.KERNEL_ISA), **out)
 """
 
+# Every way a decoding step's q8_0 rows are computed: ours on this CPU's path, ours forced to
+# AVX2, and ggml's row by row read as 4 prefetched streams or as one stream.
+ROW_WAYS = {
+    "ours": {},
+    "ours-avx2": {"KAZEIA_KERNELS": "avx2"},
+    "ggml-streams": {"KAZEIA_KERNELS": "portable", "KAZEIA_WEIGHT_READS": "streams"},
+    "ggml-sequential": {"KAZEIA_KERNELS": "portable", "KAZEIA_WEIGHT_READS": "sequential"},
+}
 
-def test_every_way_of_reading_weight_rows_computes_every_row_once(tmp_path: Path) -> None:
-    """The weight products of a decoding step read each task's rows as 4 prefetched streams (the
-    default but on AMD) or as one stream (AMD), forced by KAZEIA_WEIGHT_READS in a fresh
-    process: with tasks and streams of uneven length every row of the product is there, against
-    float64 on the same quantized values, and both ways give the same bits (each row's dot
-    product is the same call)."""
+
+def test_every_way_of_computing_q8_0_rows_gives_ggml_bits_for_every_row(tmp_path: Path) -> None:
+    """The q8_0 products of a decoding step, each way forced in a fresh process (ROW_WAYS): with
+    tasks and streams of uneven length (rows that no 4-row call takes, rows shorter than their
+    cache lines, rows of more blocks than lines), every row of every column is there, against
+    float64 on the same quantized values, and every way gives the same bits: ours repeats
+    ggml's AVX2 operations lane for lane, and ggml's dot product is the same call either way of
+    reading."""
     shapes = [
         "301x64x1x3x0",
         "1000x96x2x2x0",
         "7x32x1x4x0",
         "3x32x1x1x0",
         "4099x128x1x2x0",
+        "517x4096x1x2x0",
+        "260x1024x5x1x0",
         "19x64x9x2x1",
         "1003x96x13x2x1",
     ]
     got = {}
-    for reads, name in (("streams", "4 prefetched streams"), ("sequential", "one stream")):
-        out = tmp_path / f"{reads}.npz"
-        env = {**os.environ, "KAZEIA_WEIGHT_READS": reads}
+    for way, env_vars in ROW_WAYS.items():
+        out = tmp_path / f"{way}.npz"
+        env = {**os.environ, **env_vars}
+        if "KAZEIA_KERNELS" not in env_vars:
+            env.pop("KAZEIA_KERNELS", None)
         r = subprocess.run(
             [sys.executable, "-c", ROW_READS, str(out), *shapes],
             env=env,
@@ -249,15 +277,17 @@ def test_every_way_of_reading_weight_rows_computes_every_row_once(tmp_path: Path
             text=True,
         )
         assert r.returncode == 0, r.stderr
-        got[reads] = np.load(out)
-        assert str(got[reads]["isa"]).endswith(f"weight rows read as {name}")
+        got[way] = np.load(out)
+        if way.startswith("ggml"):
+            assert ", q8_0 steps ggml, " in str(got[way]["isa"])
         for shape in shapes:
             m, _, n, _, _ = (int(v) for v in shape.split("x"))
-            y, exact = got[reads][shape], got[reads][shape + "_exact"]
+            y, exact = got[way][shape], got[way][shape + "_exact"]
             assert y.shape == (n, m)
-            assert np.abs(y - exact).max() < 1e-5 * np.abs(exact).max(), (reads, shape)
-    for shape in shapes:
-        assert np.array_equal(got["streams"][shape], got["sequential"][shape]), shape
+            assert np.abs(y - exact).max() < 1e-5 * np.abs(exact).max(), (way, shape)
+    for way in ROW_WAYS:
+        for shape in shapes:
+            assert np.array_equal(got[way][shape], got["ggml-streams"][shape]), (way, shape)
 
 
 @pytest.mark.parametrize(("m", "k", "n"), Q8_SHAPES)

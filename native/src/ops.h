@@ -52,12 +52,20 @@ namespace kazeia {
 
 // y = W x for a weight of any ggml type (f32, f16, q8_0, q4_k, ...) and f32 activations
 // x [K, n] -> y [M, n], computed by `pool` with ggml's own dot-product kernels (activations
-// converted once to the weight's dot type). With `ids` (I32 [1]), W is [K, M, n_mat] and the
+// converted once to the weight's dot type); q8_0 weights on x86-64 with AVX2 by ours (q8_dot_isa),
+// which give ggml's bits faster. With `ids` (I32 [1]), W is [K, M, n_mat] and the
 // matrix ids[0] is used: the code predictor picks its head per sub-step in one static graph.
 ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
                           ggml_tensor *ids = nullptr);
 
-// How a weight product's task reads its weight rows from memory: a product of a matrix with one
+// The q8_0 dot product of a decoding step on this CPU: "AVX-512 VNNI" or "AVX2" (ours, 4 rows
+// at a time from 4 streams, each row with the bits of ggml's AVX2 dot product), or "ggml" (its
+// dot product row by row, read as weight_reads says: aarch64, x86-64 without AVX2).
+// KAZEIA_KERNELS=avx2 forces the AVX2 path, =portable ggml's.
+const char *q8_dot_isa();
+
+// How a weight product's task of a type other than q8_0 (unless q8_dot_isa() is "ggml") reads
+// its weight rows from memory: a product of a matrix with one
 // column is bound by how fast a core brings the matrix in, and CPU families differ in what their
 // prefetchers serve best: measured on Intel, one sequential stream keeps too few misses in
 // flight and several streams whose next rows are prefetched by hand are faster; measured on

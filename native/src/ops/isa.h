@@ -24,6 +24,8 @@
 // among their instructions: their float steps stay separate multiplies and adds.
 #define KAZEIA_Q8_AVX2_FN __attribute__((target("avx2,f16c")))
 #define KAZEIA_Q8_VNNI_FN __attribute__((target("avx2,f16c,avx512f,avx512vl,avx512vnni")))
+// The q8_0 dot product's VNNI path (ggml's bits: with its fused multiply-adds).
+#define KAZEIA_Q8_DOT_VNNI_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define KAZEIA_NEON 1
 // The q8_0 GEMM's dot-product path: not every AArch64 CPU has the instructions, so it is

@@ -19,7 +19,8 @@ const char *kernel_isa() {
     const char *decoder = "portable";
 #endif
     static const std::string isa = std::string(decoder) + ", q8_0 prefill " + q8_gemm_isa() +
-                                   ", weight rows read as " + weight_reads().name;
+                                   ", q8_0 steps " + q8_dot_isa() + ", other rows read as " +
+                                   weight_reads().name;
     return isa.c_str();
 }
 

@@ -11,6 +11,7 @@
 #endif
 
 #include "cpu_backend.h"
+#include "ops/arch.h"
 #include "ggml-cpu.h"
 #include "q8_gemm.h"
 
@@ -55,7 +56,36 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
                       pool, w->type == GGML_TYPE_Q8_0 && q8_gemm_pays(n));
 }
 
+using Q8DotRows = void (*)(const Q8Block *const[Q8_DOT_ROWS], const Q8Block *const[Q8_DOT_ROWS],
+                           const Q8Block *, int64_t, float[Q8_DOT_ROWS]);
+
+// This CPU's path of the q8_0 dot product over Q8_DOT_ROWS rows (nullptr: ggml's, row by row;
+// q8_dot_isa).
+Q8DotRows q8_dot_rows() {
+    static const Q8DotRows path = []() -> Q8DotRows {
+#if KAZEIA_AVX2
+        if (!use_avx2()) return nullptr;
+        const char *forced = std::getenv("KAZEIA_KERNELS");
+        const bool avx2_forced = forced && std::strcmp(forced, "avx2") == 0;
+        if (!avx2_forced && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+            return x86::q8_dot_rows_vnni;
+        return x86::q8_dot_rows_avx2;
+#else
+        return nullptr;
+#endif
+    }();
+    return path;
+}
+
 }  // namespace
+
+const char *q8_dot_isa() {
+#if KAZEIA_AVX2
+    if (q8_dot_rows() == x86::q8_dot_rows_vnni) return "AVX-512 VNNI";
+    if (q8_dot_rows() == x86::q8_dot_rows_avx2) return "AVX2";
+#endif
+    return "ggml";
+}
 
 const WeightReads &weight_reads() {
     static const WeightReads reads = [] {
@@ -90,13 +120,52 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
     const int64_t rows = M - m_first;
     if (rows == 0) return;
     const ggml_type_traits_cpu *traits = cpu_backend().type_traits(type);
-    // Few long tasks: each reads its rows as one or a few long sequential streams
-    // (weight_reads), which the hardware prefetchers serve far better than many short ones. A
-    // few tasks per thread still let a preempted thread's share be taken over.
+    // Row m of every column by ggml's dot product.
+    auto dot_row = [&](int64_t m) {
+        for (int64_t j = 0; j < n; ++j)
+            traits->vec_dot((int)K, y + j * M + m, 0, w + m * w_row, 0, x + j * x_row, 0, 1);
+    };
+    const Q8DotRows dot_rows = type == GGML_TYPE_Q8_0 ? q8_dot_rows() : nullptr;
+    // Few long tasks: each reads its rows as one or a few long sequential streams, which the
+    // hardware prefetchers serve far better than many short ones. A few tasks per thread still
+    // let a preempted thread's share be taken over.
     const int64_t n_tasks = std::max<int64_t>(
         1, std::min<int64_t>((rows + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
                              MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
     const int64_t rows_per_task = (rows + n_tasks - 1) / n_tasks;
+    if (dot_rows) {
+        // q8_0: Q8_DOT_ROWS streams a task, a row of each per call, each stream's next row
+        // fetched meanwhile; where a stream has run out, the others' rows one by one.
+        pool->run(n_tasks, [&](int64_t t) {
+            const int64_t m0 = m_first + t * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
+            const int64_t per_stream = (m1 - m0 + Q8_DOT_ROWS - 1) / Q8_DOT_ROWS;
+            for (int64_t i = 0; i < per_stream; ++i) {
+                const Q8Block *rows_at[Q8_DOT_ROWS], *next[Q8_DOT_ROWS];
+                int count = 0;
+                for (int s = 0; s < Q8_DOT_ROWS; ++s) {
+                    const int64_t m = m0 + s * per_stream + i;
+                    if (m >= m1) break;
+                    rows_at[s] = reinterpret_cast<const Q8Block *>(w + m * w_row);
+                    next[s] = i + 1 < per_stream && m + 1 < m1
+                                  ? reinterpret_cast<const Q8Block *>(w + (m + 1) * w_row)
+                                  : nullptr;
+                    ++count;
+                }
+                if (count < Q8_DOT_ROWS) {
+                    for (int s = 0; s < count; ++s) dot_row(m0 + s * per_stream + i);
+                    continue;
+                }
+                for (int64_t j = 0; j < n; ++j) {
+                    float out[Q8_DOT_ROWS];
+                    dot_rows(rows_at, next, reinterpret_cast<const Q8Block *>(x + j * x_row),
+                             K / Q8_QK, out);
+                    for (int s = 0; s < Q8_DOT_ROWS; ++s) y[j * M + m0 + s * per_stream + i] = out[s];
+                }
+            }
+        });
+        return;
+    }
+    // Other types: the streams of weight_reads, row by row.
     const WeightReads &reads = weight_reads();
     pool->run(n_tasks, [&](int64_t t) {
         const int64_t m0 = m_first + t * rows_per_task, m1 = std::min(M, m0 + rows_per_task);
@@ -107,8 +176,7 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
                     const char *next = w + (m + 1) * w_row;
                     for (size_t b = 0; b < w_row; b += 64) __builtin_prefetch(next + b);
                 }
-                for (int64_t j = 0; j < n; ++j)
-                    traits->vec_dot((int)K, y + j * M + m, 0, w + m * w_row, 0, x + j * x_row, 0, 1);
+                dot_row(m);
             }
     });
 }

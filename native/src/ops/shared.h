@@ -140,6 +140,7 @@ static_assert(sizeof(Q8Block) == 34, "block_q8_0 is an fp16 scale and 32 int8");
 
 inline constexpr int64_t Q8_GROUPS = Q8_QK / 4;  // 4-byte groups per block: one integer dot each
 inline constexpr int Q8_MAX_COLS = 8;             // columns a micro-kernel holds in registers
+inline constexpr int Q8_DOT_ROWS = 4;             // rows of one call of the q8_0 dot product
 
 // The activations, unpacked once per product: int8 values [n][K], scales [n][K/32] and, for the
 // VNNI path (unsigned x signed products), -128 * the sum of each block.
