@@ -44,15 +44,18 @@ def play(chunks: list[Chunk], rates: SpeechRates, chars: int) -> tuple[int, floa
     return count, hold.held_s
 
 
-@pytest.mark.parametrize("rate", [0.3, 0.5, 0.7, 0.9, 0.99])
+@pytest.mark.parametrize("rate", [0.3, 0.5, 0.7, 0.9, 0.99, 1.2, 2.0, 3.0])
 def test_a_player_never_runs_dry_whatever_the_production_rate(rate: float) -> None:
     total_s, chars = 30.0, 400
     rates = SpeechRates()
-    rates.learn(chars, total_s, total_s / rate)  # an earlier answer of the same kind
+    rates.learn(chars, total_s, total_s / rate, CHUNK_S)  # an earlier answer of the same kind
     underruns, held = play(produce(rate, total_s), rates, chars)
     assert underruns == 0
-    # Held about as long as the arithmetic asks (with its margin), not more, produced at r.
-    needed = (1 - rate / MARGIN) * total_s + PAD_S
+    # Held about as long as the arithmetic asks (with its margin), not more: the audio that
+    # lasts while the rest is made, and while the next chunk is, produced at r, plus a chunk.
+    r = rate / MARGIN
+    next_chunk_s = CHUNK_S / r
+    needed = max(0.0, 1 - r) * total_s + max(PAD_S, next_chunk_s)
     assert held <= needed / rate + CHUNK_S / rate
 
 
@@ -61,6 +64,14 @@ def test_without_a_hold_a_slow_answer_runs_dry(rate: float) -> None:
     """The same answers let out as they come stall: what the hold prevents."""
     count, silent = underruns(produce(rate, 30.0))
     assert count > 10 and silent > (1 - rate) * 30.0 * 0.9
+
+
+@pytest.mark.parametrize("rate", [1.2, 2.0, 3.0])
+def test_without_a_hold_a_fast_stream_runs_dry_after_its_first_chunk(rate: float) -> None:
+    """Faster than real time, but its one-frame first chunk ends before the next chunk of four
+    is made: one gap at the start, which the hold prevents."""
+    count, silent = underruns(produce(rate, 30.0))
+    assert count == 1 and silent == pytest.approx(CHUNK_S / rate - FIRST_S)
 
 
 def test_a_pause_is_at_hand_but_not_part_of_the_rate() -> None:
@@ -89,12 +100,30 @@ def test_a_pause_is_at_hand_but_not_part_of_the_rate() -> None:
     assert underruns(out)[0] == 0
 
 
-def test_nothing_waits_on_a_box_faster_than_real_time() -> None:
+def test_nothing_waits_where_the_first_chunk_lasts_while_the_next_is_made() -> None:
     rates = SpeechRates()
-    rates.learn(100, 8.0, 4.0)  # twice real time
+    rates.learn(100, 8.0, 4.0, CHUNK_S)  # twice real time: a chunk in 160 ms
+    hold = Prebuffer(rates, 100)
+    hold.add(CHUNK_S, 1.0)  # a stream whose first chunk is a whole one
+    assert hold.ready(1.0) and hold.held_s == 0.0
+
+
+def test_a_fast_box_holds_its_first_chunk_until_the_next_has_come() -> None:
+    rates = SpeechRates()
+    rates.learn(100, 8.0, 4.0, CHUNK_S)  # twice real time: a chunk in 160 ms
     hold = Prebuffer(rates, 100)
     hold.add(FIRST_S, 1.0)
-    assert hold.ready(1.0) and hold.held_s == 0.0
+    assert not hold.ready(1.0)
+    hold.add(CHUNK_S, 1.16)
+    assert hold.ready(1.16) and hold.held_s == pytest.approx(0.16)
+
+
+def test_a_very_fast_box_holds_a_fraction_of_a_chunk() -> None:
+    """At 8 times real time (a GPU) the first frame waits for the next chunk: 40 ms."""
+    rates = SpeechRates()
+    rates.learn(100, 8.0, 1.0, CHUNK_S)
+    underruns_, held = play(produce(8.0, 10.0), rates, 100)
+    assert underruns_ == 0 and held == pytest.approx(CHUNK_S / 8.0)
 
 
 def test_a_first_answer_waits_for_its_own_rate() -> None:
@@ -126,13 +155,13 @@ def test_a_very_long_answer_is_held_at_most_max_hold() -> None:
 def test_rates_follow_the_finished_syntheses() -> None:
     rates = SpeechRates()
     assert rates.production_rate is None
-    rates.learn(200, 20.0, 40.0)  # the first replaces the defaults
-    assert rates.snapshot() == (pytest.approx(0.1), pytest.approx(0.5))
-    rates.learn(None, 10.0, 10.0)  # a cut synthesis (the warm-up): its rate only
-    spc, rate = rates.snapshot()
-    assert spc == pytest.approx(0.1) and rate is not None and 0.5 < rate < 1.0
+    rates.learn(200, 20.0, 40.0, CHUNK_S)  # the first replaces the defaults
+    assert rates.snapshot() == (pytest.approx(0.1), pytest.approx(0.5), CHUNK_S)
+    rates.learn(None, 10.0, 10.0, 0.16)  # a cut synthesis (the warm-up): its rate and chunk
+    spc, rate, chunk_s = rates.snapshot()
+    assert spc == pytest.approx(0.1) and rate is not None and 0.5 < rate < 1.0 and chunk_s == 0.16
     rates.learn(0, 0.0, 0.0)  # nothing spoken: nothing learned
-    assert rates.snapshot() == (spc, rate)
+    assert rates.snapshot() == (spc, rate, chunk_s)
 
 
 # -- through the real server, on a box slower than real time ---------------------------------

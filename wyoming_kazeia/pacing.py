@@ -5,8 +5,12 @@ that starts with B seconds of audio and then plays at 1 while the rest arrives a
 dry if and only if B >= (1 - r) * T, T the whole answer's audio. The first audio is therefore
 held until the audio at hand reaches that, with r measured on the answer itself as its chunks
 arrive and T estimated from the characters it has to speak and the seconds of audio per
-character of the service's finished syntheses. On a box clearly faster than real time (r at
-least MARGIN) nothing is held.
+character of the service's finished syntheses.
+
+Audio comes in chunks (a stream's first is one frame, the next ones a few), so the audio at hand
+must also last while the next chunk is made, C / r for a chunk of C seconds, or the player runs
+dry right after the first chunk even on a box faster than real time: at least that much, and at
+least PAD_S, is held on every box (a fast one gathers it in a fraction of its length).
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from .speakable import Pause
 DEFAULT_SECONDS_PER_CHAR = 0.07
 # How much the last finished synthesis weighs in the running figures (an exponential average).
 LEARNING_WEIGHT = 0.3
-# The rate is taken as this much lower than measured, and PAD_S more is held: the rate and the
-# length are estimates, and chunks arrive in steps with jitter, so that a box just faster than
-# real time holds a little too.
+# The rate is taken as this much lower than measured, and at least PAD_S more is held: the rate
+# and the length are estimates, and chunks arrive with jitter (the second one later than the
+# rate says: the first is decoded before the next frames are made).
 MARGIN = 1.15
 PAD_S = 0.3
 # The rate of an answer is its own once this much audio has come after its first chunk (before
@@ -38,23 +42,26 @@ MAX_HOLD_S = 120.0
 
 @dataclass
 class SpeechRates:
-    """What the service's finished syntheses say: audio seconds per character of text, and the
-    production rate (audio seconds per wall second) of the last ones. Thread-safe."""
+    """What the service's finished syntheses say: audio seconds per character of text, the
+    production rate (audio seconds per wall second) of the last ones and the audio seconds of
+    the last one's longest chunk. Thread-safe."""
 
     seconds_per_char: float = DEFAULT_SECONDS_PER_CHAR
     production_rate: float | None = None
+    chunk_s: float = 0.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._spoken = False  # a synthesis taught seconds_per_char (the default is replaced)
 
-    def learn(self, chars: int | None, audio_s: float, wall_s: float) -> None:
+    def learn(self, chars: int | None, audio_s: float, wall_s: float, chunk_s: float = 0.0) -> None:
         """One finished synthesis: `audio_s` of audio produced in `wall_s` after its first
         chunk, from `chars` characters (None: a synthesis cut short, which tells the rate
-        only)."""
+        only), its longest chunk after the first `chunk_s` seconds of audio (0: one piece)."""
         if audio_s <= 0 or wall_s <= 0:
             return
         with self._lock:
+            self.chunk_s = chunk_s
             w = LEARNING_WEIGHT
             if chars:
                 per_char = audio_s / chars
@@ -66,9 +73,9 @@ class SpeechRates:
             previous = self.production_rate
             self.production_rate = rate if previous is None else previous + w * (rate - previous)
 
-    def snapshot(self) -> tuple[float, float | None]:
+    def snapshot(self) -> tuple[float, float | None, float]:
         with self._lock:
-            return self.seconds_per_char, self.production_rate
+            return self.seconds_per_char, self.production_rate, self.chunk_s
 
 
 class Prebuffer:
@@ -77,7 +84,7 @@ class Prebuffer:
     stays released: later audio of the answer goes out as it comes."""
 
     def __init__(self, rates: SpeechRates, chars: int, pauses_s: float = 0.0) -> None:
-        self._seconds_per_char, self._prior_rate = rates.snapshot()
+        self._seconds_per_char, self._prior_rate, self._chunk_s = rates.snapshot()
         self.chars = chars  # the answer's text (a stream's grows as it arrives)
         self._pauses_s = pauses_s  # silences it holds besides speech (SSML breaks)
         self._first_at: float | None = None
@@ -101,6 +108,8 @@ class Prebuffer:
             self._first_at, self._first_s = now, seconds
         elif silence:
             self._silence_s += seconds
+        else:
+            self._chunk_s = max(self._chunk_s, seconds)
         self.produced_s += seconds
 
     def rate(self, now: float) -> float | None:
@@ -118,10 +127,10 @@ class Prebuffer:
         if rate is None:
             return None
         rate /= MARGIN
-        if rate >= 1.0:
-            return 0.0
+        # The audio at hand plays while the next chunk is made.
+        next_chunk_s = self._chunk_s / rate if rate > 0 else MAX_HOLD_S
         total = max(self.chars * self._seconds_per_char + self._pauses_s, self.produced_s)
-        return min(MAX_HOLD_S, (1.0 - rate) * total + PAD_S)
+        return min(MAX_HOLD_S, max(0.0, 1.0 - rate) * total + max(PAD_S, next_chunk_s))
 
     def ready(self, now: float) -> bool:
         """Whether the audio at hand may go out (and everything after it)."""

@@ -56,6 +56,8 @@ class SynthesisMetrics:
     # for a frame computed whole
     computations: int = 0
     decoder_s: float = 0.0
+    # Seconds of audio of the longest chunk after the first (a stream chunk: the prebuffer's step)
+    largest_chunk_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -247,6 +249,9 @@ class Pipeline:
             return
         if self.metrics.n_chunks == 0:
             self.metrics.ttfa_s = time.monotonic() - self._start
+        else:
+            seconds = len(wav) / self._engine.sample_rate
+            self.metrics.largest_chunk_s = max(self.metrics.largest_chunk_s, seconds)
         self.metrics.n_chunks += 1
         self._chunks.put(to_pcm16(wav))
         self._first_chunk.set()

@@ -200,7 +200,12 @@ def _warm_rates(cold: dict[str, float]) -> SpeechRates:
 
 def _learn(rates: SpeechRates, metrics: dict[str, float], chars: int | None) -> None:
     """What the service learns from a finished synthesis (None: the warm-up, its rate only)."""
-    rates.learn(chars, metrics["audio_s"], metrics["total_s"] - metrics["ttfa_s"])
+    rates.learn(
+        chars,
+        metrics["audio_s"],
+        metrics["total_s"] - metrics["ttfa_s"],
+        metrics["largest_chunk_s"],
+    )
 
 
 def _player_note(metrics: dict[str, float]) -> str:
