@@ -208,12 +208,15 @@ def test_q8_0_decoding_steps_run_our_dot_product_where_the_cpu_has_avx2() -> Non
     VNNI path where it has AVX-512 VNNI), ggml's row by row elsewhere (aarch64 included)."""
     if os.environ.get("KAZEIA_KERNELS"):
         pytest.skip("KAZEIA_KERNELS is set in this environment")
-    flags = Path("/proc/cpuinfo").read_text().split()
-    expected = "ggml"
-    if platform.machine() == "x86_64" and {"avx2", "fma", "f16c"} <= set(flags):
-        vnni = {"avx512_vnni", "avx512vl"} <= set(flags)
-        expected = "AVX-512 VNNI" if vnni else "AVX2"
-    assert f", q8_0 steps {expected}, " in native.KERNEL_ISA
+    assert f", q8_0 steps {q8_0_steps_path()}, " in native.KERNEL_ISA
+
+
+def q8_0_steps_path(avx512: bool = True) -> str:
+    """The path this CPU's q8_0 decoding steps take (`avx512`: unless AVX-512 is set aside)."""
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    if platform.machine() != "x86_64" or not {"avx2", "fma", "f16c"} <= flags:
+        return "ggml"
+    return "AVX-512 VNNI" if avx512 and {"avx512_vnni", "avx512vl"} <= flags else "AVX2"
 
 
 # Run in a fresh process with KAZEIA_KERNELS / KAZEIA_WEIGHT_READS set: the q8_0 products of a
@@ -243,6 +246,13 @@ ROW_WAYS = {
     "ours-avx2": {"KAZEIA_KERNELS": "avx2"},
     "ggml-streams": {"KAZEIA_KERNELS": "portable", "KAZEIA_WEIGHT_READS": "streams"},
     "ggml-sequential": {"KAZEIA_KERNELS": "portable", "KAZEIA_WEIGHT_READS": "sequential"},
+}
+# The q8_0 path each way runs on this CPU (the banner says it).
+ROW_WAY_PATHS = {
+    "ours": q8_0_steps_path(),
+    "ours-avx2": q8_0_steps_path(avx512=False),
+    "ggml-streams": "ggml",
+    "ggml-sequential": "ggml",
 }
 
 
@@ -278,8 +288,7 @@ def test_every_way_of_computing_q8_0_rows_gives_ggml_bits_for_every_row(tmp_path
         )
         assert r.returncode == 0, r.stderr
         got[way] = np.load(out)
-        if way.startswith("ggml"):
-            assert ", q8_0 steps ggml, " in str(got[way]["isa"])
+        assert f", q8_0 steps {ROW_WAY_PATHS[way]}, " in str(got[way]["isa"]), way
         for shape in shapes:
             m, _, n, _, _ = (int(v) for v in shape.split("x"))
             y, exact = got[way][shape], got[way][shape + "_exact"]
