@@ -24,13 +24,15 @@ CHUNK_S = 0.32  # a stream chunk: 4 frames of 80 ms
 FIRST_S = 0.08  # the first chunk is one frame
 
 
-def produce(rate: float, total_s: float, first_after: float = 0.5) -> list[Chunk]:
+def produce(
+    rate: float, total_s: float, first_after: float = 0.5, chunk_s: float = CHUNK_S
+) -> list[Chunk]:
     """(arrival time, seconds of audio) of each chunk of an answer produced at `rate` seconds
     of audio per second, its first chunk `first_after` seconds after the request."""
     chunks = [(first_after, FIRST_S)]
     made = FIRST_S
     while made < total_s - 1e-9:
-        size = min(CHUNK_S, total_s - made)
+        size = min(chunk_s, total_s - made)
         made += size
         chunks.append((first_after + (made - FIRST_S) / rate, size))
     return chunks
@@ -72,6 +74,18 @@ def test_without_a_hold_a_fast_stream_runs_dry_after_its_first_chunk(rate: float
     is made: one gap at the start, which the hold prevents."""
     count, silent = underruns(produce(rate, 30.0))
     assert count == 1 and silent == pytest.approx(CHUNK_S / rate - FIRST_S)
+
+
+def test_long_chunks_are_held_until_the_audio_at_hand_outlasts_the_next() -> None:
+    """A short answer in 16-frame chunks (1.28 s) at 0.7x real time: the (1 - r) T it needs is
+    at hand with its second chunk, but the third takes 1.8 s to make."""
+    rate, total_s, chunk_s = 0.7, 2.5, 1.28
+    chunks = produce(rate, total_s, chunk_s=chunk_s)
+    assert underruns(chunks)[0] == 2
+    rates = SpeechRates()
+    rates.learn(40, total_s, total_s / rate, chunk_s)
+    hold = Prebuffer(rates, 40)
+    assert underruns(let_out(chunks, hold))[0] == 0
 
 
 def test_a_pause_is_at_hand_but_not_part_of_the_rate() -> None:
@@ -250,5 +264,6 @@ def test_a_slow_box_plays_a_30_s_answer_without_an_underrun(
     assert gaps_on == 0
     # Just enough: about the (1 - r) T of audio the arithmetic asks, the time to make it at r
     # (10 % for a rate that changes along the answer, 2 s for the chunks' steps).
-    needed_s = (1 - rate_on / MARGIN) * audio_s + PAD_S
+    r = rate_on / MARGIN
+    needed_s = (1 - r) * audio_s + max(PAD_S, CHUNK_S / r)
     assert first_on - first_off < 1.1 * needed_s / rate_on + 2.0

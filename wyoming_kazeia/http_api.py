@@ -289,8 +289,8 @@ class HttpApi:
         sentences: list[str | Pause],
     ) -> tuple[list[bytes], bool]:
         """The audio to send first, and whether it is the whole answer's: the first chunk, or,
-        where the prebuffer setting is on and the box is slower than real time, as much as a
-        player needs at hand to play the rest without a gap (pacing.Prebuffer)."""
+        where the prebuffer setting is on, as much as a player needs at hand to play the rest
+        without a gap (pacing.Prebuffer)."""
         if first is None:
             return [], True
         held = [first]

@@ -153,8 +153,9 @@ class EngineSettings:
     )
     prebuffer: bool = _opt(
         "KZTTS_PREBUFFER",
-        "on a box slower than real time, hold an answer's first audio just long enough that it "
-        "then plays without a gap (false: audio goes out as it comes)",
+        "hold an answer's first audio just long enough that it then plays without a gap: on a box "
+        "slower than real time until the rest can follow, on a faster one until the next chunk is "
+        "made (false: audio goes out as it comes)",
         Bounds(),
         default=True,
     )
