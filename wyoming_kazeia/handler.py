@@ -211,16 +211,18 @@ class KazeiaEventHandler(AsyncEventHandler):
                     await self._error(str(err), "bad-request")
                     break
                 if event is None:
-                    if self.writer.is_closing():  # closed by us (server stop, connection bound)
-                        break
                     if self._speaking is not None and not self._speaking.done():
                         # The client closed its side after its requests: they are finished
-                        # (stdio's input simply ends; a socket may also be gone entirely).
+                        # (stdio's input simply ends; a socket may also be gone entirely, and
+                        # its transport closed already on a failed write).
                         self._to_speak.put_nowait(None)
                         if self.finish_on_eof:
                             await self._speaking
                         else:
                             await self._finish_speaking()
+                    elif self._speaking is not None and _left_mid_answer(self._speaking):
+                        # Gone before its end was read: a write of its answer failed first.
+                        _LOGGER.info("client %s left: its synthesis is cancelled", self.peer)
                     break
                 if self._connections is not None:
                     self._connections.touch(self)
@@ -268,10 +270,7 @@ class KazeiaEventHandler(AsyncEventHandler):
                     await self._audio_chunk(b"")
                 except ConnectionError:
                     break  # gone: disconnect() cancels what it was given
-        gone = not speaking.done() or (
-            not speaking.cancelled() and isinstance(speaking.exception(), ConnectionError)
-        )
-        if gone:
+        if not speaking.done() or _left_mid_answer(speaking):
             _LOGGER.info("client %s left: its synthesis is cancelled", self.peer)
 
     async def handle_event(self, event: Event) -> bool:
@@ -552,6 +551,16 @@ class KazeiaEventHandler(AsyncEventHandler):
             text = text[:MAX_ERROR_CHARS] + "..."
         with contextlib.suppress(ConnectionError):
             await self.write_event(Error(text=text, code=code).event())
+
+
+def _left_mid_answer(speaking: asyncio.Task[None]) -> bool:
+    """Whether the task that speaks a connection's answers ended because its client was gone (a
+    write failed): its synthesis is cancelled."""
+    return (
+        speaking.done()
+        and not speaking.cancelled()
+        and isinstance(speaking.exception(), ConnectionError)
+    )
 
 
 def _is_ssml(event: Event) -> bool:
