@@ -128,7 +128,7 @@ class Prebuffer:
             return None
         rate /= MARGIN
         # The audio at hand plays while the next chunk is made.
-        next_chunk_s = self._chunk_s / rate if rate > 0 else MAX_HOLD_S
+        next_chunk_s = self._chunk_s / rate
         total = max(self.chars * self._seconds_per_char + self._pauses_s, self.produced_s)
         return min(MAX_HOLD_S, max(0.0, 1.0 - rate) * total + max(PAD_S, next_chunk_s))
 

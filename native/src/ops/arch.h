@@ -51,7 +51,6 @@ KAZEIA_Q8_AVX2_FN void q8_panel_avx2(int cols, const Q8Panel &p, const Q8Columns
 KAZEIA_Q8_VNNI_FN void q8_panel_vnni(int cols, const Q8Panel &p, const Q8Columns &x, int64_t j0,
                                      float *y, int64_t M);
 
-
 // ggml's q8_0 dot product (x86/q8_dot.cpp): y[r] = w[r] . x over nb blocks for Q8_DOT_ROWS rows
 // w[r] and one column x, each row with the bits of ggml's AVX2 dot product, while the rows
 // next[r] (nullptr: none) are fetched into the cache; by AVX2 (signed products) or AVX-512 VNNI
