@@ -162,7 +162,7 @@ def test_the_portable_kernels_run_where_avx2_is_missing(
 def test_the_decoder_gives_the_same_bits_on_the_avx2_and_avx512_paths(
     decoder_gguf: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The decoder GEMM's AVX-512 path (two panels per kernel, where the CPU has AVX-512F) runs
+    """The decoder GEMM's AVX-512 path (up to four panels per kernel, where the CPU has AVX-512F) runs
     every output lane's multiply-adds in the AVX2 path's order: forced to AVX2 in a fresh
     process, the full and the streamed decode give exactly the same samples."""
     if "decoder GEMM AVX-512" not in native.KERNEL_ISA:

@@ -56,16 +56,16 @@ inline void tile_kernel(int64_t cols, const T *a, const float *const b[CONV_NR],
     KAZEIA_TILE_CASES(micro_kernel, a, b, kc, acc)
 }
 
-// Two panels (a, a2) for one column tile (conv_gemm_run asks for two where the CPU has
-// AVX-512): the AVX-512 kernel, else one panel after the other.
+// `np` <= CONV_MAX_PANELS panels from a (`stride` apart) for one column tile (conv_gemm_run asks
+// for several where the CPU has AVX-512): the AVX-512 kernel, else one panel after the other.
 template <typename T>
-inline void pair_kernel(int64_t cols, const T *a, const T *a2, const float *const b[CONV_NR],
-                        int64_t kc, float acc[2][CONV_NR][CONV_PANEL]) {
+inline void panels_kernel(int64_t np, int64_t cols, const T *a, int64_t stride,
+                          const float *const b[CONV_NR], int64_t kc,
+                          float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
 #if KAZEIA_AVX2
-    if (use_avx512()) return x86::pair_kernel_avx512(cols, a, a2, b, kc, acc);
+    if (use_avx512()) return x86::panels_kernel_avx512(np, cols, a, stride, b, kc, acc);
 #endif
-    tile_kernel(cols, a, b, kc, acc[0]);
-    tile_kernel(cols, a2, b, kc, acc[1]);
+    for (int64_t q = 0; q < np; ++q) tile_kernel(cols, a + q * stride, b, kc, acc[q]);
 }
 
 // A panel column's first K block: y = s + bias + residual, an absent term adding 0.0f (s alone
@@ -108,21 +108,23 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
     const int64_t n_blocks = (len + NC - 1) / NC, n_panels = out / CONV_PANEL;
     const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
     const int64_t m_split = std::max<int64_t>(1, std::min<int64_t>(n_panels, (want + n_blocks - 1) / n_blocks));
-    // With AVX-512 the kernel takes two panels at a time (a task's odd last one goes alone).
-    const int64_t step = use_avx512() ? 2 : 1;
+    // With AVX-512 the kernel takes CONV_MAX_PANELS panels at a time (a task's last ones may be
+    // fewer).
+    const int64_t step = use_avx512() ? CONV_MAX_PANELS : 1;
     const int64_t panels_per = (n_panels + m_split - 1) / m_split;
     // When a column block's whole input fits in L2 (a streamed frame: 1-32 columns), each task
-    // walks its panels one at a time through all of K: one sequential stream of weights per
-    // task, which the prefetchers follow (unlike K-block-outer order, whose short runs per
-    // panel stop them). Otherwise K-block-outer keeps the input block in cache.
+    // walks its panels (as many at a time as the kernel takes) through all of K: sequential
+    // streams of weights, which the prefetchers follow (unlike K-block-outer order, whose short
+    // runs per panel stop them). Otherwise K-block-outer keeps the input block in cache.
     const bool panel_outer = K * std::min(len, NC) * (int64_t)sizeof(float) <= PANEL_OUTER_MAX_INPUT;
     auto block = [&](int64_t task) {
         const int64_t ib = task / m_split, ms = task % m_split;
         const int64_t nb = ib * NC, nb_end = std::min(len, nb + NC);
         const int64_t m_begin = ms * panels_per * CONV_PANEL;
         const int64_t m_end = std::min(out, m_begin + panels_per * CONV_PANEL);
-        float acc[2][CONV_NR][CONV_PANEL];
-        // One K block of `np` (1 or 2) output panels from m0 for every column tile of the block.
+        float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL];
+        // One K block of `np` (1 to CONV_MAX_PANELS) output panels from m0 for every column tile
+        // of the block.
         auto panel_step = [&](int64_t m0, int64_t np, int64_t k0) {
             const int64_t tap = k0 / in, c0 = k0 % in;
             const bool first = k0 == 0;
@@ -134,8 +136,7 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
                     b[j] = xd + col * in + tap * tap_stride + c0;
                 }
                 const int64_t ncols = std::min(CONV_NR, nb_end - n);
-                if (np == 2) pair_kernel(ncols, a, a + CONV_PANEL * K, b, kc, acc);
-                else tile_kernel(ncols, a, b, kc, acc[0]);
+                panels_kernel(np, ncols, a, CONV_PANEL * K, b, kc, acc);
                 for (int64_t q = 0; q < np; ++q) {
                     const int64_t m = m0 + q * CONV_PANEL;
                     for (int64_t j = 0; j < ncols; ++j) {

@@ -38,6 +38,8 @@ __attribute__((always_inline)) inline float sin2(float x) {
 // The conv GEMM's micro-tile: CONV_PANEL output rows (one packed weight panel) times up to
 // CONV_NR output columns.
 inline constexpr int64_t CONV_NR = 6;
+// Panels the AVX-512 kernel takes at once.
+inline constexpr int64_t CONV_MAX_PANELS = 4;
 // Weights are prefetched this many K steps ahead: streamed frames read each weight once, and
 // the hardware prefetchers alone fall short of the memory bandwidth there (full decodes, which
 // reuse each weight, neither gain nor lose).
