@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ref_array, ref_codes
+from conftest import REFERENCE, ref_array, ref_codes
 
 from wyoming_kazeia import native
 from wyoming_kazeia._native import testing
+from wyoming_kazeia.convert import convert_part
 from wyoming_kazeia.native import SpeechDecoder
 
 
@@ -117,7 +118,7 @@ from wyoming_kazeia._native import testing
 rng = np.random.default_rng(0)
 xs = np.concatenate([rng.uniform(-4, 4, 2000), rng.uniform(-200, 200, 2000)]).astype(np.float32)
 codes = np.load(sys.argv[2])
-decoder = native.SpeechDecoder(sys.argv[1], threads=2)
+decoder = native.SpeechDecoder(sys.argv[1], threads=int(sys.argv[4]) if len(sys.argv) > 4 else 2)
 stream = decoder.stream()
 np.savez(
     sys.argv[3],
@@ -130,12 +131,15 @@ np.savez(
 """
 
 
-def decode_with_kernels(forced: str, model: Path, codes: np.ndarray, tmp_path: Path) -> Any:
+def decode_with_kernels(
+    forced: str, model: Path, codes: np.ndarray, tmp_path: Path, threads: int = 2
+) -> Any:
     """The PORTABLE script's outputs in a fresh process whose kernels KAZEIA_KERNELS forces."""
     np.save(tmp_path / "codes.npy", codes)
     out = tmp_path / f"{forced}.npz"
     env = {**os.environ, "KAZEIA_KERNELS": forced}
-    args = [sys.executable, "-c", PORTABLE, str(model), str(tmp_path / "codes.npy"), str(out)]
+    codes_file = str(tmp_path / "codes.npy")
+    args = [sys.executable, "-c", PORTABLE, str(model), codes_file, str(out), str(threads)]
     r = subprocess.run(args, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return np.load(out)
@@ -159,18 +163,27 @@ def test_the_portable_kernels_run_where_avx2_is_missing(
     assert np.abs(got["full"] - vector).max() < 3e-5
 
 
+@pytest.mark.parametrize("weights", ["f32", "f16"])
+@pytest.mark.parametrize("threads", [1, 2])
 def test_the_decoder_gives_the_same_bits_on_the_avx2_and_avx512_paths(
-    decoder_gguf: dict[str, Path], tmp_path: Path
+    decoder_gguf: dict[str, Path], tmp_path: Path, weights: str, threads: int
 ) -> None:
-    """The decoder GEMM's AVX-512 path (up to four panels per kernel, where the CPU has AVX-512F) runs
-    every output lane's multiply-adds in the AVX2 path's order: forced to AVX2 in a fresh
-    process, the full and the streamed decode give exactly the same samples."""
+    """The decoder GEMM's AVX-512 path (1 to 4 panels per kernel call, where the CPU has
+    AVX-512F) runs every output lane's multiply-adds in the AVX2 path's order: forced to AVX2 in
+    a fresh process, the full and the streamed decode give exactly the same samples, for f32 and
+    f16 weights. With 2 threads the tiny decoder's tasks end in 1, 2 or 3 panels; with 1 thread
+    they take 4 at a time."""
     if "decoder GEMM AVX-512" not in native.KERNEL_ISA:
         pytest.skip(f"this CPU runs no AVX-512 decoder GEMM ({native.KERNEL_ISA})")
+    model = decoder_gguf["tiny-0.6b"]
+    if weights == "f16":
+        model = convert_part(
+            "decoder", REFERENCE / "tiny-0.6b" / "model", tmp_path / "f16.gguf", "f16"
+        )
     codes = ref_codes("tiny-0.6b", "dec_codes")[:40]
-    got = decode_with_kernels("avx2", decoder_gguf["tiny-0.6b"], codes, tmp_path)
+    got = decode_with_kernels("avx2", model, codes, tmp_path, threads)
     assert str(got["isa"]).startswith("AVX2 FMA F16C, q8_0")
-    decoder = SpeechDecoder(str(decoder_gguf["tiny-0.6b"]), threads=2)
+    decoder = SpeechDecoder(str(model), threads=threads)
     stream = decoder.stream()
     assert np.array_equal(got["full"], decoder.decode(codes))
     streamed = np.concatenate([stream.push(codes[i : i + 4]) for i in range(0, len(codes), 4)])

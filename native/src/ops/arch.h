@@ -24,19 +24,19 @@ KAZEIA_AVX2_FN void sin_squared_avx2(const float *x, float *y, int64_t n);
 
 // The conv GEMM (x86/conv_gemm.cpp): acc[j][r] = sum_k A[k][r] * B_j[k] for one packed panel A
 // (f32 or f16) and `cols` <= CONV_NR columns B_j; the AVX-512 one for `np` <= CONV_MAX_PANELS
-// panels at once (panel q at a + q * stride), each lane the same chain of multiply-adds as the
-// AVX2 one (the same bits).
+// panels at once (panel q at a + q * panel_stride), each lane the same chain of multiply-adds as
+// the AVX2 one (the same bits).
 KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const float *a, const float *const b[CONV_NR],
                                      int64_t kc, float acc[CONV_NR][CONV_PANEL]);
 KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const ggml_fp16_t *a,
                                      const float *const b[CONV_NR], int64_t kc,
                                      float acc[CONV_NR][CONV_PANEL]);
 KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const float *a,
-                                           int64_t stride, const float *const b[CONV_NR],
+                                           int64_t panel_stride, const float *const b[CONV_NR],
                                            int64_t kc,
                                            float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]);
 KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_fp16_t *a,
-                                           int64_t stride, const float *const b[CONV_NR],
+                                           int64_t panel_stride, const float *const b[CONV_NR],
                                            int64_t kc,
                                            float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]);
 

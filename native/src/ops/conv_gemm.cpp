@@ -56,16 +56,17 @@ inline void tile_kernel(int64_t cols, const T *a, const float *const b[CONV_NR],
     KAZEIA_TILE_CASES(micro_kernel, a, b, kc, acc)
 }
 
-// `np` <= CONV_MAX_PANELS panels from a (`stride` apart) for one column tile (conv_gemm_run asks
-// for several where the CPU has AVX-512): the AVX-512 kernel, else one panel after the other.
+// `np` <= CONV_MAX_PANELS panels from a (`panel_stride` apart) for one column tile
+// (conv_gemm_run asks for several where the CPU has AVX-512): the AVX-512 kernel, else one panel
+// after the other.
 template <typename T>
-inline void panels_kernel(int64_t np, int64_t cols, const T *a, int64_t stride,
+inline void panels_kernel(int64_t np, int64_t cols, const T *a, int64_t panel_stride,
                           const float *const b[CONV_NR], int64_t kc,
                           float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
 #if KAZEIA_AVX2
-    if (use_avx512()) return x86::panels_kernel_avx512(np, cols, a, stride, b, kc, acc);
+    if (use_avx512()) return x86::panels_kernel_avx512(np, cols, a, panel_stride, b, kc, acc);
 #endif
-    for (int64_t q = 0; q < np; ++q) tile_kernel(cols, a + q * stride, b, kc, acc[q]);
+    for (int64_t q = 0; q < np; ++q) tile_kernel(cols, a + q * panel_stride, b, kc, acc[q]);
 }
 
 // A panel column's first K block: y = s + bias + residual, an absent term adding 0.0f (s alone
@@ -107,7 +108,8 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
     // channels are split instead, so that every thread streams a share of the weights.
     const int64_t n_blocks = (len + NC - 1) / NC, n_panels = out / CONV_PANEL;
     const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
-    const int64_t m_split = std::max<int64_t>(1, std::min<int64_t>(n_panels, (want + n_blocks - 1) / n_blocks));
+    const int64_t m_split =
+        std::max<int64_t>(1, std::min<int64_t>(n_panels, (want + n_blocks - 1) / n_blocks));
     // With AVX-512 the kernel takes CONV_MAX_PANELS panels at a time (a task's last ones may be
     // fewer).
     const int64_t step = use_avx512() ? CONV_MAX_PANELS : 1;
@@ -116,7 +118,8 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
     // walks its panels (as many at a time as the kernel takes) through all of K: sequential
     // streams of weights, which the prefetchers follow (unlike K-block-outer order, whose short
     // runs per panel stop them). Otherwise K-block-outer keeps the input block in cache.
-    const bool panel_outer = K * std::min(len, NC) * (int64_t)sizeof(float) <= PANEL_OUTER_MAX_INPUT;
+    const bool panel_outer =
+        K * std::min(len, NC) * (int64_t)sizeof(float) <= PANEL_OUTER_MAX_INPUT;
     auto block = [&](int64_t task) {
         const int64_t ib = task / m_split, ms = task % m_split;
         const int64_t nb = ib * NC, nb_end = std::min(len, nb + NC);
@@ -148,14 +151,16 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
                 }
             }
         };
-        const int64_t stride = step * CONV_PANEL;
-        auto panels_at = [&](int64_t m0) { return std::min(stride, m_end - m0) / CONV_PANEL; };
+        const int64_t rows_per_step = step * CONV_PANEL;
+        auto panels_at = [&](int64_t m0) {
+            return std::min(rows_per_step, m_end - m0) / CONV_PANEL;
+        };
         if (panel_outer) {
-            for (int64_t m0 = m_begin; m0 < m_end; m0 += stride)
+            for (int64_t m0 = m_begin; m0 < m_end; m0 += rows_per_step)
                 for (int64_t k0 = 0; k0 < K; k0 += kc) panel_step(m0, panels_at(m0), k0);
         } else {
             for (int64_t k0 = 0; k0 < K; k0 += kc)
-                for (int64_t m0 = m_begin; m0 < m_end; m0 += stride)
+                for (int64_t m0 = m_begin; m0 < m_end; m0 += rows_per_step)
                     panel_step(m0, panels_at(m0), k0);
         }
     };

@@ -49,8 +49,9 @@ inline bool use_avx2() {
     return yes;
 }
 
-// Whether the decoder's GEMM runs up to four panels at a time in AVX-512 registers (the same
-// bits as the AVX2 path: see panels_kernel_avx512); KAZEIA_KERNELS=avx2 forces the AVX2 path.
+// Whether the decoder's GEMM runs up to CONV_MAX_PANELS panels at a time in AVX-512 registers
+// (the same bits as the AVX2 path: see panels_kernel_avx512); KAZEIA_KERNELS=avx2 forces the
+// AVX2 path.
 inline bool use_avx512() {
     static const bool yes = [] {
         const char *forced = std::getenv("KAZEIA_KERNELS");

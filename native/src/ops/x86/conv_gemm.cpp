@@ -54,64 +54,71 @@ KAZEIA_AVX512_FN inline __m512 load16(const ggml_fp16_t *p) {
     return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
 }
 
-// The AVX-512 kernel for P panels at once (panel q at a + q * stride), one 16-lane register per
-// panel column: every lane is the same chain of fused multiply-adds over k as in micro_kernel
-// (the same bits), with half the instructions per multiply-add, which CPUs with 512-bit FMA
-// units run at up to twice the rate. Four panels of six columns keep 24 accumulators in
-// registers: ten loads for every 24 multiply-adds.
-// A struct, so that KAZEIA_TILE_CASES can name the kernel of P panels as Panels<P>::micro_kernel.
+// The AVX-512 kernel for P panels at once (panel q at a + q * panel_stride), one 16-lane
+// register per panel column: every lane is the same chain of fused multiply-adds over k as in
+// micro_kernel (the same bits), with half the instructions per multiply-add, which CPUs with
+// 512-bit FMA units run at up to twice the rate. Four panels of six columns keep 24
+// accumulators in registers: ten loads for every 24 multiply-adds. A struct, so that
+// KAZEIA_TILE_CASES can name the kernel of P panels as Panels<P>::micro_kernel.
 template <int P>
 struct Panels {
-template <typename T, int COLS>
-KAZEIA_AVX512_FN static void micro_kernel(const T *a, int64_t stride,
-                                          const float *const b[CONV_NR], int64_t kc,
-                                          float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
-    static_assert(CONV_PANEL == 16, "one 16-lane register per panel column");
-    __m512 c[COLS][P];
-    KAZEIA_UNROLL_COLUMNS
-    for (int j = 0; j < COLS; ++j)
+    // Accumulators, weights and the broadcast column value all in the 32 zmm registers.
+    static_assert(P * CONV_NR + P + 1 <= 32, "the micro-tile must fit the zmm registers");
+
+    template <typename T, int COLS>
+    KAZEIA_AVX512_FN static void micro_kernel(const T *a, int64_t panel_stride,
+                                              const float *const b[CONV_NR], int64_t kc,
+                                              float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
+        static_assert(CONV_PANEL == 16, "one 16-lane register per panel column");
+        __m512 c[COLS][P];
         KAZEIA_UNROLL_COLUMNS
-        for (int q = 0; q < P; ++q) c[j][q] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
-        __m512 w[P];
-        KAZEIA_UNROLL_COLUMNS
-        for (int q = 0; q < P; ++q) {
-            const T *panel = a + q * stride;
-            _mm_prefetch(reinterpret_cast<const char *>(panel + CONV_PREFETCH_K * CONV_PANEL),
-                         _MM_HINT_T0);
-            w[q] = load16(panel);
-        }
-        KAZEIA_UNROLL_COLUMNS
-        for (int j = 0; j < COLS; ++j) {
-            const __m512 v = _mm512_set1_ps(b[j][k]);
+        for (int j = 0; j < COLS; ++j)
             KAZEIA_UNROLL_COLUMNS
-            for (int q = 0; q < P; ++q) c[j][q] = _mm512_fmadd_ps(w[q], v, c[j][q]);
+            for (int q = 0; q < P; ++q) c[j][q] = _mm512_setzero_ps();
+        for (int64_t k = 0; k < kc; ++k, a += CONV_PANEL) {
+            __m512 w[P];
+            KAZEIA_UNROLL_COLUMNS
+            for (int q = 0; q < P; ++q) {
+                const T *panel = a + q * panel_stride;
+                _mm_prefetch(reinterpret_cast<const char *>(panel + CONV_PREFETCH_K * CONV_PANEL),
+                             _MM_HINT_T0);
+                w[q] = load16(panel);
+            }
+            KAZEIA_UNROLL_COLUMNS
+            for (int j = 0; j < COLS; ++j) {
+                const __m512 v = _mm512_set1_ps(b[j][k]);
+                KAZEIA_UNROLL_COLUMNS
+                for (int q = 0; q < P; ++q) c[j][q] = _mm512_fmadd_ps(w[q], v, c[j][q]);
+            }
         }
-    }
-    KAZEIA_UNROLL_COLUMNS
-    for (int j = 0; j < COLS; ++j)
         KAZEIA_UNROLL_COLUMNS
-        for (int q = 0; q < P; ++q) _mm512_storeu_ps(acc[q][j], c[j][q]);
-}
+        for (int j = 0; j < COLS; ++j)
+            KAZEIA_UNROLL_COLUMNS
+            for (int q = 0; q < P; ++q) _mm512_storeu_ps(acc[q][j], c[j][q]);
+    }
 };
 
+// The kernel of P panels for a tile of `cols` columns.
 template <typename T, int P>
-KAZEIA_AVX512_FN inline void panels_kernel(int64_t cols, const T *a, int64_t stride,
-                                           const float *const b[CONV_NR], int64_t kc,
-                                           float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
-    KAZEIA_TILE_CASES(Panels<P>::template micro_kernel, a, stride, b, kc, acc)
+KAZEIA_AVX512_FN inline void fixed_panels_kernel(int64_t cols, const T *a, int64_t panel_stride,
+                                                 const float *const b[CONV_NR], int64_t kc,
+                                                 float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
+    KAZEIA_TILE_CASES(Panels<P>::template micro_kernel, a, panel_stride, b, kc, acc)
 }
 
 template <typename T>
-KAZEIA_AVX512_FN inline void panels_kernel(int64_t np, int64_t cols, const T *a, int64_t stride,
-                                           const float *const b[CONV_NR], int64_t kc,
+KAZEIA_AVX512_FN inline void panels_kernel(int64_t np, int64_t cols, const T *a,
+                                           int64_t panel_stride, const float *const b[CONV_NR],
+                                           int64_t kc,
                                            float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
     static_assert(CONV_MAX_PANELS == 4, "one case per panel count");
     switch (np) {
-        case 1: return panels_kernel<T, 1>(cols, a, stride, b, kc, acc);
-        case 2: return panels_kernel<T, 2>(cols, a, stride, b, kc, acc);
-        case 3: return panels_kernel<T, 3>(cols, a, stride, b, kc, acc);
-        default: return panels_kernel<T, 4>(cols, a, stride, b, kc, acc);
+        case 1: return fixed_panels_kernel<T, 1>(cols, a, panel_stride, b, kc, acc);
+        case 2: return fixed_panels_kernel<T, 2>(cols, a, panel_stride, b, kc, acc);
+        case 3: return fixed_panels_kernel<T, 3>(cols, a, panel_stride, b, kc, acc);
+        case 4: return fixed_panels_kernel<T, 4>(cols, a, panel_stride, b, kc, acc);
+        default: GGML_ABORT("conv GEMM: %d panels asked of a kernel that takes 1 to %d", (int)np,
+                            (int)CONV_MAX_PANELS);
     }
 }
 
@@ -127,16 +134,17 @@ KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const ggml_fp16_t *a,
     tile_kernel(cols, a, b, kc, acc);
 }
 
-KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const float *a, int64_t stride,
-                                           const float *const b[CONV_NR], int64_t kc,
-                                           float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
-    panels_kernel(np, cols, a, stride, b, kc, acc);
-}
-KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_fp16_t *a,
-                                           int64_t stride, const float *const b[CONV_NR],
+KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const float *a,
+                                           int64_t panel_stride, const float *const b[CONV_NR],
                                            int64_t kc,
                                            float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
-    panels_kernel(np, cols, a, stride, b, kc, acc);
+    panels_kernel(np, cols, a, panel_stride, b, kc, acc);
+}
+KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_fp16_t *a,
+                                           int64_t panel_stride, const float *const b[CONV_NR],
+                                           int64_t kc,
+                                           float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
+    panels_kernel(np, cols, a, panel_stride, b, kc, acc);
 }
 
 }  // namespace kazeia::x86
