@@ -118,7 +118,7 @@ from wyoming_kazeia._native import testing
 rng = np.random.default_rng(0)
 xs = np.concatenate([rng.uniform(-4, 4, 2000), rng.uniform(-200, 200, 2000)]).astype(np.float32)
 codes = np.load(sys.argv[2])
-decoder = native.SpeechDecoder(sys.argv[1], threads=int(sys.argv[4]) if len(sys.argv) > 4 else 2)
+decoder = native.SpeechDecoder(sys.argv[1], threads=int(sys.argv[4]))
 stream = decoder.stream()
 np.savez(
     sys.argv[3],
