@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +157,49 @@ def mid_checkpoint(out: Path) -> Path:
             tensors[source] = data.astype(np.float32)
     save_file(tensors, str(out / "model.safetensors"))
     return out
+
+
+# Run in a fresh process with KAZEIA_KERNELS set (e.g. portable: the loops a CPU without AVX2
+# runs): argv = decoder, codes.npy, out.npz, threads, precision.
+FRESH_DECODE = """
+import sys
+import numpy as np
+from wyoming_kazeia import native
+from wyoming_kazeia._native import testing
+rng = np.random.default_rng(0)
+xs = np.concatenate([rng.uniform(-4, 4, 2000), rng.uniform(-200, 200, 2000)]).astype(np.float32)
+codes = np.load(sys.argv[2])
+decoder = native.SpeechDecoder(sys.argv[1], threads=int(sys.argv[4]), precision=sys.argv[5])
+stream = decoder.stream()
+np.savez(
+    sys.argv[3],
+    isa=np.array(native.KERNEL_ISA),
+    bf16_isa=np.array(native.DECODER_BF16_ISA),
+    xs=xs,
+    sin2=testing.sin_squared(xs),
+    full=decoder.decode(codes),
+    streamed=np.concatenate([stream.push(codes[i : i + 4]) for i in range(0, len(codes), 4)]),
+)
+"""
+
+
+def decode_with_kernels(
+    forced: str,
+    model: Path,
+    codes: np.ndarray,
+    tmp_path: Path,
+    threads: int = 2,
+    precision: str = "f32",
+) -> Any:
+    """FRESH_DECODE's outputs in a fresh process whose kernels KAZEIA_KERNELS forces (""
+    leaves the CPU's own choice)."""
+    np.save(tmp_path / "codes.npy", codes)
+    out = tmp_path / f"{forced or 'cpu'}-{precision}-{threads}.npz"
+    env = {k: v for k, v in os.environ.items() if k != "KAZEIA_KERNELS"}
+    if forced:
+        env["KAZEIA_KERNELS"] = forced
+    codes_file = str(tmp_path / "codes.npy")
+    args = [sys.executable, "-c", FRESH_DECODE, str(model), codes_file, str(out), str(threads)]
+    r = subprocess.run([*args, precision], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return np.load(out)

@@ -108,6 +108,8 @@ def test_option_schema_is_valid_and_accepts_its_defaults() -> None:
         assert accepts(kind, options[name]), (name, options[name])
     # The add-on offers what the server accepts, from the settings' declared bounds.
     assert schema["quant"] == f"list({'|'.join(QUANT_TYPES)})"
+    precisions = EngineSettings.bounds("decoder_precision").choices
+    assert schema["decoder_precision"] == f"list({'|'.join(precisions)})"
     threads = EngineSettings.bounds("threads")
     assert schema["threads"] == f"int({threads.low:g},{threads.high:g})"
     translated = load("translations/en.yaml")["configuration"]
@@ -131,7 +133,8 @@ def test_every_option_maps_to_the_server_flag_its_parser_takes(name: str) -> Non
     options = dict(config["options"])
     example = {"model": "/share/model", "quant": "q4_k", "voice": "ryan-fr", "threads": 5,
                "voice_model": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "debug": True,
-               "speakable_text": False, "prebuffer": False}  # fmt: skip
+               "speakable_text": False, "prebuffer": False,
+               "decoder_precision": "bf16"}  # fmt: skip
     options[name] = example[name]
     flags = addon_run().server_flags(options, None, "/tmp/unused")
     args = build_parser().parse_args(flags)

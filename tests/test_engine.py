@@ -92,6 +92,22 @@ def test_subprocess_decoder_streams_the_in_process_chunks(engine: Engine, chunk:
     assert np.array_equal(np.concatenate(ours), np.concatenate(in_process))
 
 
+def test_the_decoder_precision_applies_in_process_and_in_the_decoder_process(
+    model_dir: Path,
+) -> None:
+    """decoder_precision bf16 reaches both placements (the same samples from each), and a
+    live change back to f32 reloads the decoder: the f32 samples again."""
+    engine = Engine(model_dir, EngineSettings(max_frames=12, seed=11))
+    f32 = pcm(engine)
+    engine.apply_settings(engine.settings.replace(decoder_precision="bf16"))
+    bf16 = pcm(engine)
+    assert engine.decoder.precision == "bf16"
+    assert not np.array_equal(bf16, f32)
+    assert np.array_equal(pcm(engine, decoder_subprocess=True), bf16)
+    engine.apply_settings(engine.settings.replace(decoder_precision="f32"))
+    assert np.array_equal(pcm(engine), f32)
+
+
 def test_subprocess_placement_loads_no_in_process_decoder(model_dir: Path) -> None:
     """The kazeia-decoder process holds the only copy of the decoder weights."""
     engine = Engine(model_dir, EngineSettings(max_frames=8, seed=11, decoder_subprocess=True))

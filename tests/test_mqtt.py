@@ -42,6 +42,7 @@ ENTITIES = {
     ("select", "default_voice"),
     ("select", "threads"),
     ("select", "backend"),
+    ("select", "decoder_precision"),
     ("number", "stream_chunk"),
     ("number", "temperature"),
     ("switch", "speakable_text"),
@@ -343,6 +344,7 @@ def test_commands_apply_to_the_next_synthesis(service: TtsService, broker: Broke
                 ("threads", "1", "1"),
                 ("backend", "auto", "auto"),
                 ("backend", "cpu", "cpu"),
+                ("decoder_precision", "bf16", "bf16"),
                 ("default_voice", "serena-en", "serena-en"),
                 ("speakable_text", "OFF", "OFF"),
                 ("prebuffer", "OFF", "OFF"),
@@ -358,6 +360,7 @@ def test_commands_apply_to_the_next_synthesis(service: TtsService, broker: Broke
             chunks = await synthesize(service)
             assert len(chunks) == 1 + math.ceil(39 / 8) == service.status.last.n_chunks
             assert service.engine.generator.threads == 1
+            assert service.engine.decoder.precision == "bf16"
             await until(lambda: state(ha, "served") == "2")
 
             # Home Assistant restarted: discovery is published again.
@@ -389,6 +392,7 @@ def test_bad_commands_are_rejected_and_the_state_republished(
                 ("threads", "999"),
                 ("backend", "gpu"),
                 ("backend", "cuda:7"),
+                ("decoder_precision", "f16"),
                 ("speakable_text", "on"),
                 ("prebuffer", "yes"),
                 ("default_voice", "nobody"),

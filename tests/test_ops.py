@@ -8,11 +8,10 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REFERENCE, ref_array, ref_codes
+from conftest import REFERENCE, decode_with_kernels, ref_array, ref_codes
 
 from wyoming_kazeia import native
 from wyoming_kazeia._native import testing
@@ -107,42 +106,6 @@ def test_window_attention_rejects_bad_shapes() -> None:
     kv = np.zeros((3, 16), np.float32)
     with pytest.raises(ValueError, match="inconsistent shapes"):
         testing.window_attention(q, kv, kv, np.zeros((2, 3), np.float32), 3, 1.0)
-
-
-# Run in a fresh process with KAZEIA_KERNELS=portable: the loops a CPU without AVX2 runs.
-PORTABLE = """
-import sys
-import numpy as np
-from wyoming_kazeia import native
-from wyoming_kazeia._native import testing
-rng = np.random.default_rng(0)
-xs = np.concatenate([rng.uniform(-4, 4, 2000), rng.uniform(-200, 200, 2000)]).astype(np.float32)
-codes = np.load(sys.argv[2])
-decoder = native.SpeechDecoder(sys.argv[1], threads=int(sys.argv[4]))
-stream = decoder.stream()
-np.savez(
-    sys.argv[3],
-    isa=np.array(native.KERNEL_ISA),
-    xs=xs,
-    sin2=testing.sin_squared(xs),
-    full=decoder.decode(codes),
-    streamed=np.concatenate([stream.push(codes[i : i + 4]) for i in range(0, len(codes), 4)]),
-)
-"""
-
-
-def decode_with_kernels(
-    forced: str, model: Path, codes: np.ndarray, tmp_path: Path, threads: int = 2
-) -> Any:
-    """The PORTABLE script's outputs in a fresh process whose kernels KAZEIA_KERNELS forces."""
-    np.save(tmp_path / "codes.npy", codes)
-    out = tmp_path / f"{forced}.npz"
-    env = {**os.environ, "KAZEIA_KERNELS": forced}
-    codes_file = str(tmp_path / "codes.npy")
-    args = [sys.executable, "-c", PORTABLE, str(model), codes_file, str(out), str(threads)]
-    r = subprocess.run(args, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return np.load(out)
 
 
 def test_the_portable_kernels_run_where_avx2_is_missing(

@@ -37,7 +37,13 @@ from .http_api import check_http_uri, serve_http
 from .model_voices import LibraryLook, ModelVoices, VoiceModel
 from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
-from .native import KERNEL_ISA, describe_placement, ggml_cpu_features, ggml_cpu_variant
+from .native import (
+    DECODER_BF16_ISA,
+    KERNEL_ISA,
+    describe_placement,
+    ggml_cpu_features,
+    ggml_cpu_variant,
+)
 from .server import announce_zeroconf, serve
 from .service import TtsService
 from .settings import EngineSettings, add_env_argument, env_flag, parse_setting
@@ -457,12 +463,15 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
     )
     devices = service.engine.devices
     _LOGGER.info(
-        "placement: talker %s, code predictor %s, decoder %s",
+        "placement: talker %s, code predictor %s, decoder %s%s",
         describe_placement(devices["talker"]),
         describe_placement(devices["predictor"]),
         "a kazeia-decoder process"
         if s.decoder_subprocess
         else describe_placement(devices["decoder"]),
+        f" in bf16 ({DECODER_BF16_ISA})"
+        if s.decoder_precision == "bf16" and (s.decoder_subprocess or devices["decoder"] == "cpu")
+        else "",
     )
     _LOGGER.info(
         "CPU: %s; ggml CPU backend: %s (%s); own kernels: %s",

@@ -6,8 +6,10 @@ import numpy.typing as npt
 from .errors import InputError as InputError
 from .errors import ModelError as ModelError
 
+DECODER_BF16_ISA: str
 DECODER_GPU_CHUNK_FRAMES: int
 DECODER_MAX_CHUNK_FRAMES: int
+DECODER_PRECISIONS: tuple[str, ...]
 KERNEL_ISA: str
 PROMPT_ROLE_TOKENS: int
 PROMPT_TRAILER_TOKENS: int
@@ -45,10 +47,17 @@ class DecoderStream:
 
 class SpeechDecoder:
     def __init__(
-        self, path: str, threads: int = 2, polite: bool = False, device: str = "cpu"
+        self,
+        path: str,
+        threads: int = 2,
+        polite: bool = False,
+        device: str = "cpu",
+        precision: str = "f32",
     ) -> None: ...
     @property
     def device(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
     def decode(self, codes: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
     def stream(self) -> DecoderStream: ...
     @property

@@ -33,6 +33,7 @@ class DecoderProcess:
         command: list[str],
         decoder_path: str,
         threads: int,
+        precision: str,
         hop_length: int,
         cancel: threading.Event,
         base_s: float,
@@ -43,7 +44,7 @@ class DecoderProcess:
         self._base_s, self._per_frame_s = base_s, per_frame_s
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         self._proc = subprocess.Popen(
-            [*command, decoder_path, "--pipe", "--threads", str(threads)],
+            [*command, decoder_path, "--pipe", "--threads", str(threads), "--precision", precision],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

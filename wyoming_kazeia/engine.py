@@ -190,6 +190,7 @@ class Engine:
             threads=threads,
             polite=True,
             device=self.devices["decoder"],
+            precision=self.settings.decoder_precision,
         )
 
     @property
@@ -210,9 +211,14 @@ class Engine:
             devices[p] != self.devices[p] for p in stacks
         ):
             self.generator = self._load_generator(settings.threads, devices)
+        if settings.decoder_precision != self.settings.decoder_precision:
+            # Other samples: the saved decoder states of the old precision do not continue them.
+            with self._primed_lock:
+                self._primed.clear()
         if (
             settings.decoder_threads != self.settings.decoder_threads
             or devices["decoder"] != self.devices["decoder"]
+            or settings.decoder_precision != self.settings.decoder_precision
         ):
             self._decoder = None  # reloaded with the new count, on its device, when next used
         self.devices = devices
@@ -404,6 +410,7 @@ class Engine:
             self.decoder_command,
             str(self.model_dir / "decoder.gguf"),
             self.settings.decoder_threads,
+            self.settings.decoder_precision,
             self.hop_length,
             cancel,
             self.subprocess_base_s,

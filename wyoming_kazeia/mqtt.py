@@ -176,11 +176,11 @@ class MqttBridge:
         <node_id>/availability                        online / offline (retained; the last will)
         <prefix>/status                               Home Assistant's "online": discovery again
 
-    Entities: select default_voice, threads and backend (the compute device of the talker and
-    code predictor, unless their own settings say); number stream_chunk and temperature (an unset
-    temperature shows the model's own value); switches speakable_text and prebuffer; sensors
-    ttfa, rtf, audio_seconds (of the last synthesis; "None", i.e. unknown, before the first),
-    served, queue_depth and engine_state.
+    Entities: select default_voice, threads, backend (the compute device of the talker and
+    code predictor, unless their own settings say) and decoder_precision; number stream_chunk
+    and temperature (an unset temperature shows the model's own value); switches
+    speakable_text and prebuffer; sensors ttfa, rtf, audio_seconds (of the last synthesis;
+    "None", i.e. unknown, before the first), served, queue_depth and engine_state.
 
     A command is validated by the service; a bad one is logged and the current state is published
     again (so Home Assistant shows what is really in use). A good one applies from the next
@@ -286,6 +286,18 @@ class MqttBridge:
                     "options": self._backend_options,
                     "entity_category": "config",
                     "icon": "mdi:expansion-card",
+                },
+            ),
+            _Entity(
+                "select",
+                "decoder_precision",
+                "Decoder precision",
+                lambda: service.settings.decoder_precision,
+                lambda text: self._set(decoder_precision=text),
+                {
+                    "options": list(EngineSettings.bounds("decoder_precision").choices),
+                    "entity_category": "config",
+                    "icon": "mdi:chip",
                 },
             ),
             _Entity(

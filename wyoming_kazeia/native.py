@@ -14,8 +14,10 @@ import numpy as np
 
 from . import _native
 from ._native import (
+    DECODER_BF16_ISA,
     DECODER_GPU_CHUNK_FRAMES,
     DECODER_MAX_CHUNK_FRAMES,
+    DECODER_PRECISIONS,
     KERNEL_ISA,
     PROMPT_ROLE_TOKENS,
     PROMPT_TRAILER_TOKENS,
@@ -37,8 +39,10 @@ from ._native import (
 from .errors import InputError, ModelError
 
 __all__ = [
+    "DECODER_BF16_ISA",
     "DECODER_GPU_CHUNK_FRAMES",
     "DECODER_MAX_CHUNK_FRAMES",
+    "DECODER_PRECISIONS",
     "KERNEL_ISA",
     "PROMPT_ROLE_TOKENS",
     "PROMPT_TRAILER_TOKENS",

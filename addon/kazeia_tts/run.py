@@ -56,6 +56,7 @@ def server_flags(
     flags += ["--http-uri", f"tcp://0.0.0.0:{HTTP_PORT}"]
     flags += ["--model", str(options["model"]), "--quant", str(options["quant"])]
     flags += ["--threads", str(options["threads"])]
+    flags += ["--decoder-precision", str(options.get("decoder_precision", "f32"))]
     if options.get("voice"):
         flags += ["--voice", str(options["voice"])]
     if options.get("voice_model"):

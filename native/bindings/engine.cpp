@@ -190,10 +190,19 @@ void def_engine(py::module_ &m) {
         .def_property_readonly("frames_pushed", &DecoderStream::frames_pushed);
 
     py::class_<SpeechDecoder>(m, "SpeechDecoder")
-        .def(py::init<const std::string &, int, bool, const std::string &>(), py::arg("path"),
-             py::arg("threads") = 2, py::arg("polite") = false, py::arg("device") = "cpu",
-             py::call_guard<py::gil_scoped_release>())
+        .def(py::init([](const std::string &path, int threads, bool polite,
+                         const std::string &device, const std::string &precision) {
+                 const DecoderPrecision p = decoder_precision(precision);
+                 py::gil_scoped_release release;
+                 return std::make_unique<SpeechDecoder>(path, threads, polite, device, p);
+             }),
+             py::arg("path"), py::arg("threads") = 2, py::arg("polite") = false,
+             py::arg("device") = "cpu", py::arg("precision") = "f32")
         .def_property_readonly("device", &SpeechDecoder::device)
+        .def_property_readonly("precision",
+                               [](const SpeechDecoder &d) {
+                                   return DECODER_PRECISIONS[(int)d.precision()];
+                               })
         .def(
             "decode",
             [](const SpeechDecoder &dec, const py::array &codes) {
@@ -235,6 +244,10 @@ void def_engine(py::module_ &m) {
     // engine.py take it from here).
     m.attr("DECODER_GPU_CHUNK_FRAMES") = DECODER_GPU_CHUNK_FRAMES;
     m.attr("KERNEL_ISA") = kernel_isa();
+    // The values of SpeechDecoder's `precision` (DecoderPrecision's order), and where "bf16"'s
+    // products run on this CPU.
+    m.attr("DECODER_PRECISIONS") = py::make_tuple(DECODER_PRECISIONS[0], DECODER_PRECISIONS[1]);
+    m.attr("DECODER_BF16_ISA") = decoder_bf16_isa();
     m.def(
         "cpu_backend",
         []() {

@@ -3,6 +3,7 @@
 
 #include "ggml.h"
 #include "decoder_arch.h"
+#include "kazeia/speech_decoder.h"
 #include "worker_pool.h"
 
 namespace kazeia {
@@ -28,10 +29,13 @@ inline constexpr int64_t CONV_PANEL = DECODER_CONV_PANEL;
 // CONV_PANEL).
 bool conv_gemm_supported(const ggml_tensor *w);
 
-// Rewrites a weight [K, M] (row m = K contiguous floats) in place into panels of CONV_PANEL
-// rows interleaved along K: the layout conv_gemm streams. Same size and type, so no extra
-// memory; f16 weights are widened to f32 in the kernel's registers.
-void pack_conv_weight(ggml_tensor *w);
+// Rewrites a weight [K, M] (row m = K contiguous floats) of a `taps`-tap conv in place into
+// the layout conv_gemm streams: panels of CONV_PANEL rows interleaved along K, same size and
+// type, so no extra memory (f16 weights are widened to f32 in the kernel's registers). With
+// DecoderPrecision::BF16 the weight becomes bf16 (type GGML_TYPE_BF16, in AMX's tile layout
+// where the products run on AMX), and conv_gemm multiplies it by its inputs rounded to bf16,
+// summing in f32.
+void pack_conv_weight(ggml_tensor *w, int64_t taps, DecoderPrecision precision);
 
 // A causal 1-D conv (or linear layer, k = 1) as one GEMM reading its input in place:
 //   y[:, t] = bias + residual[:, t] + sum_{j<k} W_j x_full[:, t + j * dilation]

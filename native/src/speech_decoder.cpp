@@ -426,10 +426,18 @@ DecoderStream::State::State(const SpeechDecoder::Model &model)
 }
 
 SpeechDecoder::SpeechDecoder(const std::string &path, int n_threads, bool polite,
-                             const std::string &device) {
+                             const std::string &device, DecoderPrecision precision) {
     if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
-    model_ = std::make_unique<Model>(path, n_threads, resolve_placement(device));
+    model_ = std::make_unique<Model>(path, n_threads, resolve_placement(device), precision);
     model_->polite = polite;
+}
+
+DecoderPrecision SpeechDecoder::precision() const { return model_->precision; }
+
+DecoderPrecision decoder_precision(const std::string &name) {
+    for (DecoderPrecision p : {DecoderPrecision::F32, DecoderPrecision::BF16})
+        if (name == DECODER_PRECISIONS[(int)p]) return p;
+    throw InputError("unknown decoder precision '" + name + "' (f32|bf16)");
 }
 
 bool SpeechDecoder::polite() const { return model_->polite; }

@@ -36,12 +36,14 @@ DecoderHParams read_checked_decoder_hparams(const GgufWeights &weights) {
     return hp;
 }
 
-SpeechDecoder::Model::Model(const std::string &path, int threads, const std::string &device_id)
+SpeechDecoder::Model::Model(const std::string &path, int threads, const std::string &device_id,
+                            DecoderPrecision precision_)
     : device(device_id),
       weights(path, decoder_part(),
               is_cpu(device) ? ggml_backend_cpu_buffer_type()
                              : ggml_backend_dev_buffer_type(gpu_device(device))),
-      n_threads(threads) {
+      n_threads(threads),
+      precision(is_cpu(device) ? precision_ : DecoderPrecision::F32) {
     hp = read_checked_decoder_hparams(weights);
     bind_tensors();
     if (is_cpu(device)) pack_weights();  // on a GPU the convs are ggml's matrix products
@@ -51,9 +53,9 @@ SpeechDecoder::Model::Model(const std::string &path, int threads, const std::str
 // weights are packed once for conv_gemm. Weights it cannot take (quantized, odd widths)
 // stay with ggml.
 void SpeechDecoder::Model::pack_weights() {
-    auto pack = [](Conv &c) {
+    auto pack = [this](Conv &c) {
         if (conv_gemm_supported(c.w)) {
-            pack_conv_weight(c.w);
+            pack_conv_weight(c.w, c.k, precision);
             c.packed = true;
         }
     };

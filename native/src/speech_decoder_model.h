@@ -75,7 +75,10 @@ struct SpeechDecoder::Model {
     std::vector<VocoderBlock> blocks;
     Snake snake_out;
 
-    Model(const std::string &path, int threads, const std::string &device_id);
+    DecoderPrecision precision;  // of the packed weights (F32 on a GPU, which has none)
+
+    Model(const std::string &path, int threads, const std::string &device_id,
+          DecoderPrecision precision);
 
   private:
     void pack_weights();

@@ -1,11 +1,12 @@
 // kazeia-decoder: decode codes into audio, from a file or streamed through a pipe.
 //
 //   kazeia-decoder <decoder.gguf> <codes.bin> <T> <out.wav> [--float] [--threads N] [--chunk K]
-//   kazeia-decoder <decoder.gguf> --pipe [--threads N]
+//                  [--precision f32|bf16]
+//   kazeia-decoder <decoder.gguf> --pipe [--threads N] [--precision f32|bf16]
 //
 // File mode: codes.bin holds T frames of int32 little-endian codes, time-major
 // [T][num_quantizers]; --chunk K decodes with the exact streaming decoder, K frames per push (the
-// same samples). The WAV (24 kHz mono, 16-bit PCM or 32-bit float) is written to a temporary file
+// same samples); --precision bf16 multiplies in bf16 (kazeia::DecoderPrecision). The WAV (24 kHz mono, 16-bit PCM or 32-bit float) is written to a temporary file
 // beside out.wav and renamed into place, so a reader never sees a partial file.
 //
 // Pipe mode (the engine's subprocess placement, which starts the tool with the synthesis and
@@ -42,8 +43,9 @@ using kazeia::tool::parse_long;
 void usage() {
     std::fprintf(stderr,
                  "usage: kazeia-decoder <decoder.gguf> <codes.bin> <T> <out.wav> [--float] "
-                 "[--threads N] [--chunk K]\n"
-                 "       kazeia-decoder <decoder.gguf> --pipe [--threads N]\n");
+                 "[--threads N] [--chunk K] [--precision f32|bf16]\n"
+                 "       kazeia-decoder <decoder.gguf> --pipe [--threads N] "
+                 "[--precision f32|bf16]\n");
     std::exit(2);
 }
 
@@ -139,12 +141,14 @@ int main(int argc, char **argv) {
     std::vector<std::string> pos;
     bool as_float = false, pipe = false;
     long threads = 2, chunk = 0;
+    std::string precision = "f32";
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--float") as_float = true;
         else if (a == "--pipe") pipe = true;
         else if (a == "--threads" && i + 1 < argc) threads = parse_long(argv[++i], "--threads", 1, 512);
         else if (a == "--chunk" && i + 1 < argc) chunk = parse_long(argv[++i], "--chunk", 1, 1 << 20);
+        else if (a == "--precision" && i + 1 < argc) precision = argv[++i];
         else if (a == "-h" || a == "--help") usage();
         else if (a.size() > 1 && a[0] == '-' && a[1] == '-') fail("unknown option " + a);
         else pos.push_back(a);
@@ -161,12 +165,14 @@ int main(int argc, char **argv) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent) return 0;
 #endif
-            kazeia::SpeechDecoder decoder(pos[0], (int)threads);
+            kazeia::SpeechDecoder decoder(pos[0], (int)threads, false, "cpu",
+                                          kazeia::decoder_precision(precision));
             serve_pipe(decoder);
             return 0;
         }
         const long n_frames = parse_long(pos[2].c_str(), "frame count T", 1, 10'000'000);
-        kazeia::SpeechDecoder decoder(pos[0], (int)threads);
+        kazeia::SpeechDecoder decoder(pos[0], (int)threads, false, "cpu",
+                                      kazeia::decoder_precision(precision));
         const auto &hp = decoder.hparams();
         const auto codes = kazeia::tool::read_int32s(
             pos[1], n_frames * hp.num_quantizers,

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from wyoming_kazeia.native import DECODER_PRECISIONS
+
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
     CHILD_BOOT,
@@ -69,6 +71,12 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--cache-dir", type=Path, help="default: .bench/ in the repository root")
     p.add_argument("--threads", type=int, default=2, help="decoder threads (default 2)")
+    p.add_argument(
+        "--precision",
+        choices=DECODER_PRECISIONS,
+        default="f32",
+        help="the decoder's products (the service's decoder_precision; default f32)",
+    )
     p.add_argument("--frames", type=int, default=100, help="frames T, 80 ms each (default 100)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per row (default 5)")
     p.add_argument(
@@ -201,6 +209,8 @@ def bench_decoder(args: argparse.Namespace) -> int:
                 str(codes_path),
                 "--threads",
                 str(args.threads),
+                "--precision",
+                args.precision,
                 "--repeats",
                 str(args.repeats),
                 "--chunk",
@@ -274,6 +284,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
             "model_mb": gguf.stat().st_size / 1e6,
             "checkpoint": None if checkpoint is None else str(checkpoint),
             "threads": args.threads,
+            "precision": args.precision,
             "frames": frames,
             "audio_s": audio_s,
             "repeats": args.repeats,
@@ -331,7 +342,8 @@ def decoder_table(result: dict[str, Any]) -> str:
     diffs, tg = result["max_abs_diff"], result["targets"]
     lines = [
         machine_line(m),
-        f"Decoder: {c['model']} ({c['model_mb']:.0f} MB); threads {c['threads']}, frames "
+        f"Decoder: {c['model']} ({c['model_mb']:.0f} MB, products in "
+        f"{c.get('precision', 'f32')}); threads {c['threads']}, frames "
         f"{c['frames']} ({c['audio_s']:.2f} s of audio), repeats {c['repeats']} (official "
         f"{c['official_repeats']}), warm-up {c['warmup_frames']} frames, codes seed "
         f"{c['codes_seed']}",
@@ -428,7 +440,7 @@ def child_decoder(args: argparse.Namespace) -> dict[str, Any]:
     frames = int(codes.shape[0])
     rss_start = status_mb("VmRSS")
     start = time.perf_counter()
-    dec = SpeechDecoder(str(args.gguf), threads=args.threads)
+    dec = SpeechDecoder(str(args.gguf), threads=args.threads, precision=args.precision)
     load_s = time.perf_counter() - start
     rss_load = status_mb("VmRSS")
     k = args.chunk

@@ -117,6 +117,12 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
         default=defaults.decoder_threads,
         help=f"decoder threads (default {defaults.decoder_threads}, the service's)",
     )
+    p.add_argument(
+        "--decoder-precision",
+        choices=EngineSettings.bounds("decoder_precision").choices,
+        default=defaults.decoder_precision,
+        help=f"the decoder's products (default {defaults.decoder_precision}, the service's)",
+    )
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -309,6 +315,7 @@ def _config(
         "target_values": t,
         "threads": args.threads,
         "decoder_threads": args.decoder_threads,
+        "decoder_precision": args.decoder_precision,
         "bandwidth_threads": bandwidth_threads,
         "frames": args.frames,
         "audio_s": audio_s,

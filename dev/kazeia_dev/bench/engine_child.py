@@ -70,6 +70,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
     settings = EngineSettings(
         threads=args.threads,
         decoder_threads=args.decoder_threads,
+        decoder_precision=args.decoder_precision,
         stream_chunk=args.chunk,
         decoder_subprocess=args.subprocess,
         seed=args.seed,

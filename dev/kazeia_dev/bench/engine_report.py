@@ -77,7 +77,8 @@ def _rows_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
     lines = [
         machine_line(result["machine"]),
         f"Engine: {c['model_dir']} (talker {c['talker_mb']:.0f} MB, decoder "
-        f"{c['decoder_mb']:.0f} MB); threads {c['threads']} + decoder {c['decoder_threads']}; "
+        f"{c['decoder_mb']:.0f} MB); threads {c['threads']} + decoder {c['decoder_threads']} "
+        f"({c.get('decoder_precision', 'f32')}); "
         f"{c['frames']} frames forced ({c['audio_s']:.2f} s of audio); speaker {c['speaker']}, "
         f"{c['language']}, seed {c['seed']}; text {c['text']!r}; a warm-up synthesis, then "
         f"{c['repeats']} timed per row (medians)",

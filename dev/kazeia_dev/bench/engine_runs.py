@@ -100,6 +100,8 @@ def engine_row_cmd(
         str(args.threads),
         "--decoder-threads",
         str(args.decoder_threads),
+        "--decoder-precision",
+        args.decoder_precision,
         "--chunk",
         str(chunk),
         "--repeats",

@@ -16,6 +16,17 @@ namespace kazeia {
 
 class DecoderStream;
 
+// How the decoder's convolutions and linear layers multiply on the CPU. F32: in f32 (f16
+// weights widened), the official model's arithmetic. BF16: weights and inputs rounded to bf16,
+// products summed in f32: on AMX tiles where the CPU has AMX-BF16 (several times the f32 rate),
+// elsewhere on the vector units (the same values; sums in another order, so outputs differ
+// from AMX's within rounding). Streams stay exact either way. A GPU decoder ignores it.
+enum class DecoderPrecision { F32, BF16 };
+// Their names, in the enum's order ("f32", "bf16"), and a name's value (InputError listing them
+// otherwise).
+inline constexpr const char *DECODER_PRECISIONS[] = {"f32", "bf16"};
+DecoderPrecision decoder_precision(const std::string &name);
+
 class SpeechDecoder {
   public:
     // Loads `decoder.gguf`. `n_threads` compute threads are owned by each stream.
@@ -23,7 +34,8 @@ class SpeechDecoder {
     // `device`: where its weights live and its streams compute, a placement of devices.h
     // ("cpu", "vulkan:0", "auto", ...; InputError listing the devices when absent).
     SpeechDecoder(const std::string &path, int n_threads, bool polite = false,
-                  const std::string &device = "cpu");
+                  const std::string &device = "cpu",
+                  DecoderPrecision precision = DecoderPrecision::F32);
     ~SpeechDecoder();
     SpeechDecoder(const SpeechDecoder &) = delete;
     SpeechDecoder &operator=(const SpeechDecoder &) = delete;
@@ -32,6 +44,7 @@ class SpeechDecoder {
     int n_threads() const;
     bool polite() const;
     const std::string &device() const;  // the resolved device ("cpu", "vulkan:0", ...)
+    DecoderPrecision precision() const;
 
     // codes: time-major [n_frames][num_quantizers]; returns n_frames * hop_length samples.
     std::vector<float> decode(const int32_t *codes, int64_t n_frames) const;
@@ -82,6 +95,10 @@ DecoderHParams read_decoder_hparams(const std::string &path);
 // then the q8_0 prefill GEMM's path) run here, e.g. "AVX2 FMA F16C, q8_0 prefill AVX-512 VNNI"
 // (start banners).
 const char *kernel_isa();
+
+// Where DecoderPrecision::BF16's products run on this CPU: "AMX", else the vector or portable
+// loops (start banners).
+const char *decoder_bf16_isa();
 
 // Largest number of frames one graph evaluates; longer pushes are split (memory bound).
 inline constexpr int64_t DECODER_MAX_CHUNK_FRAMES = 16;

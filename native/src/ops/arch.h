@@ -23,7 +23,7 @@ KAZEIA_AVX2_FN void snake_column_avx2(const float *in, float *out, const float *
 KAZEIA_AVX2_FN void sin_squared_avx2(const float *x, float *y, int64_t n);
 
 // The conv GEMM (x86/conv_gemm.cpp): acc[j][r] = sum_k A[k][r] * B_j[k] for one packed panel A
-// (f32 or f16) and `cols` <= CONV_NR columns B_j; the AVX-512 one for `np` <= CONV_MAX_PANELS
+// (f32, f16 or bf16) and `cols` <= CONV_NR columns B_j; the AVX-512 one for `np` <= CONV_MAX_PANELS
 // panels at once (panel q at a + q * panel_stride), each lane the same chain of multiply-adds as
 // the AVX2 one (the same bits).
 KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const float *a, const float *const b[CONV_NR],
@@ -39,6 +39,22 @@ KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_
                                            int64_t panel_stride, const float *const b[CONV_NR],
                                            int64_t kc,
                                            float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]);
+KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const ggml_bf16_t *a,
+                                     const float *const b[CONV_NR], int64_t kc,
+                                     float acc[CONV_NR][CONV_PANEL]);
+KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_bf16_t *a,
+                                           int64_t panel_stride, const float *const b[CONV_NR],
+                                           int64_t kc,
+                                           float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]);
+// The bf16 products on AMX (x86/conv_gemm_amx.cpp): c[i][j] = the 16 x 16 sums over k_tiles
+// tiles of K of input columns 16i.. (row r of `a`, `in` bf16 values per row, a K tile of tap t
+// at t * tap_offset values further) times the weights of channel group j (B tiles of AMX_K
+// values by AMX_TILE channels in pairs along K, one after the other, group j at
+// j * group_stride), for na, ng in 1..AMX_MAX_TILES.
+KAZEIA_AMX_FN void amx_bf16_tiles(int64_t na, int64_t ng, const uint16_t *a, int64_t in,
+                                  int64_t tap_offset, const uint16_t *b, int64_t group_stride,
+                                  int64_t k_tiles,
+                                  float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE]);
 
 // The attention (x86/attention.cpp): attention_row compiled for AVX2/FMA.
 KAZEIA_AVX2_FN void attention_row_avx2(const AttentionRow &a, int64_t t);
@@ -76,6 +92,8 @@ void sin_squared_neon(const float *x, float *y, int64_t n);
 void tile_kernel_neon(int64_t cols, const float *a, const float *const b[CONV_NR], int64_t kc,
                       float acc[CONV_NR][CONV_PANEL]);
 void tile_kernel_neon(int64_t cols, const ggml_fp16_t *a, const float *const b[CONV_NR],
+                      int64_t kc, float acc[CONV_NR][CONV_PANEL]);
+void tile_kernel_neon(int64_t cols, const ggml_bf16_t *a, const float *const b[CONV_NR],
                       int64_t kc, float acc[CONV_NR][CONV_PANEL]);
 void attention_row_neon(const AttentionRow &a, int64_t t);
 // The q8_0 GEMM's panel products on the dot-product instructions, where the CPU has them.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ops/arch.h"
@@ -28,9 +29,31 @@ int64_t k_block(int64_t in) {
     return in <= KC_MAX ? in : 1;
 }
 
-// Weights are f32 or f16 (half the bytes to stream: a streamed frame reads every weight once).
+// Weights are f32 or f16 (half the bytes to stream: a streamed frame reads every weight once),
+// or bf16 (DecoderPrecision::BF16).
 inline float to_f32(float v) { return v; }
 inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
+inline float to_f32(ggml_bf16_t v) {
+    const uint32_t bits = (uint32_t)v.bits << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// f32 -> bf16 rounded to nearest, ties to even (a NaN stays a NaN).
+inline uint16_t bf16_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline ggml_bf16_t to_bf16(float f) { return ggml_bf16_t{bf16_bits(f)}; }
+inline float round_to_bf16(float f) { return to_f32(to_bf16(f)); }
+
+// The bf16 products run on AMX where the CPU has it and the input width is whole K tiles
+// (every conv of the full-size decoders); their weights are then packed in AMX's tile layout
+// (pack_amx), the others' in bf16 panels for the vector or portable loops.
+bool amx_layout(int64_t in) { return use_amx() && in % AMX_K == 0; }
 
 // acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns: the
 // loops a CPU without a vector path runs.
@@ -120,11 +143,21 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
     // runs per panel stop them). Otherwise K-block-outer keeps the input block in cache.
     const bool panel_outer =
         K * std::min(len, NC) * (int64_t)sizeof(float) <= PANEL_OUTER_MAX_INPUT;
+    const int64_t context = (p->taps - 1) * p->dilation;  // input columns before the first
     auto block = [&](int64_t task) {
         const int64_t ib = task / m_split, ms = task % m_split;
         const int64_t nb = ib * NC, nb_end = std::min(len, nb + NC);
         const int64_t m_begin = ms * panels_per * CONV_PANEL;
         const int64_t m_end = std::min(out, m_begin + panels_per * CONV_PANEL);
+        // The block's input columns, from output column nb: bf16 weights multiply inputs
+        // rounded to bf16 as well, as AMX does.
+        const float *xb = xd + nb * in;
+        if constexpr (std::is_same_v<T, ggml_bf16_t>) {
+            thread_local std::vector<float> rounded;
+            rounded.resize((nb_end - nb + context) * in);
+            for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = round_to_bf16(xb[i]);
+            xb = rounded.data();
+        }
         float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL];
         // One K block of `np` (1 to CONV_MAX_PANELS) output panels from m0 for every column tile
         // of the block.
@@ -136,7 +169,7 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
                 const float *b[CONV_NR];
                 for (int64_t j = 0; j < CONV_NR; ++j) {
                     const int64_t col = std::min(n + j, nb_end - 1);
-                    b[j] = xd + col * in + tap * tap_stride + c0;
+                    b[j] = xb + (col - nb) * in + tap * tap_stride + c0;
                 }
                 const int64_t ncols = std::min(CONV_NR, nb_end - n);
                 panels_kernel(np, ncols, a, CONV_PANEL * K, b, kc, acc);
@@ -168,9 +201,74 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
     run_tasks(p->pool, ith, nth, n_tasks, block);
 }
 
+// The bf16 products on AMX: a task is one block of NC output columns times a range of output
+// channel groups (pairs of AMX_TILE channels), split as conv_gemm_run splits its panels. The
+// task converts its input columns to bf16 once; each call of the AMX kernel then takes 32
+// columns (two A tiles) by 2 groups through all of K, so that every output is one chain of tile
+// products in K order, whatever the number of columns around it: a streamed frame gets the bits
+// of a full decode.
+void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
+#if KAZEIA_AVX2
+    const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
+    const int64_t in = x->ne[0], out = dst->ne[0], len = dst->ne[1], x_cols = x->ne[1];
+    const int64_t k_tiles = w->ne[0] / AMX_K, group_stride = k_tiles * AMX_TILE * AMX_K;
+    const int64_t context = (p->taps - 1) * p->dilation;
+    const auto *xd = static_cast<const float *>(x->data);
+    const auto *wd = static_cast<const uint16_t *>(w->data);
+    const float *bd = bias ? static_cast<const float *>(bias->data) : nullptr;
+    const float *rd = res ? static_cast<const float *>(res->data) : nullptr;
+    auto *yd = static_cast<float *>(dst->data);
+
+    const int64_t n_blocks = (len + NC - 1) / NC, n_groups = out / AMX_TILE;
+    const int64_t n_pairs = (n_groups + 1) / 2;
+    const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
+    const int64_t m_split =
+        std::max<int64_t>(1, std::min<int64_t>(n_pairs, (want + n_blocks - 1) / n_blocks));
+    const int64_t groups_per = 2 * ((n_pairs + m_split - 1) / m_split);
+    auto block = [&](int64_t task) {
+        const int64_t ib = task / m_split, ms = task % m_split;
+        const int64_t nb = ib * NC, cols = std::min(len, nb + NC) - nb;
+        const int64_t g_begin = ms * groups_per, g_end = std::min(n_groups, g_begin + groups_per);
+        // Rows: the block's columns rounded up to whole A tiles, plus the taps' context; rows
+        // past the input are zeros (they only feed outputs that are not stored).
+        const int64_t rows = (cols + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
+        thread_local std::vector<uint16_t> a;
+        a.assign(rows * in, 0);
+        const int64_t have = std::min(rows, x_cols - nb) * in;
+        for (int64_t i = 0; i < have; ++i) a[i] = bf16_bits(xd[nb * in + i]);
+        float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE];
+        for (int64_t n0 = 0; n0 < cols; n0 += AMX_MAX_TILES * AMX_TILE) {
+            const int64_t na = std::min<int64_t>(AMX_MAX_TILES, (cols - n0 + AMX_TILE - 1) / AMX_TILE);
+            for (int64_t g = g_begin; g < g_end; g += AMX_MAX_TILES) {
+                const int64_t ng = std::min<int64_t>(AMX_MAX_TILES, g_end - g);
+                x86::amx_bf16_tiles(na, ng, a.data() + n0 * in, in, p->dilation * in,
+                                    wd + g * group_stride, group_stride, k_tiles, c);
+                for (int64_t i = 0; i < na; ++i)
+                    for (int64_t r = 0; r < AMX_TILE && n0 + i * AMX_TILE + r < cols; ++r) {
+                        const int64_t col = nb + n0 + i * AMX_TILE + r;
+                        for (int64_t j = 0; j < ng; ++j) {
+                            const int64_t m = (g + j) * AMX_TILE;
+                            store_first(yd + col * out + m, c[i][j][r], bd ? bd + m : nullptr,
+                                        rd ? rd + col * out + m : nullptr);
+                        }
+                    }
+            }
+        }
+    };
+    run_tasks(p->pool, ith, nth, n_blocks * m_split, block);
+#else
+    (void)dst, (void)ith, (void)nth, (void)p;
+    GGML_ABORT("conv GEMM: AMX weights on a CPU without AMX");
+#endif
+}
+
 void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     const auto *p = static_cast<const ConvGemmParams *>(userdata);
-    if (dst->src[1]->type == GGML_TYPE_F16) conv_gemm_run<ggml_fp16_t>(dst, ith, nth, p);
+    const ggml_type type = dst->src[1]->type;
+    if (type == GGML_TYPE_BF16 && amx_layout(dst->src[0]->ne[0]))
+        conv_gemm_amx_run(dst, ith, nth, p);
+    else if (type == GGML_TYPE_BF16) conv_gemm_run<ggml_bf16_t>(dst, ith, nth, p);
+    else if (type == GGML_TYPE_F16) conv_gemm_run<ggml_fp16_t>(dst, ith, nth, p);
     else conv_gemm_run<float>(dst, ith, nth, p);
 }
 
@@ -187,6 +285,40 @@ void pack_panels(ggml_tensor *w) {
     }
 }
 
+// The weight [K, M] as floats, row m = K values.
+std::vector<float> weight_values(const ggml_tensor *w) {
+    const int64_t n = w->ne[0] * w->ne[1];
+    std::vector<float> v(n);
+    if (w->type == GGML_TYPE_F16) ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(w->data), v.data(), n);
+    else std::memcpy(v.data(), w->data, n * sizeof(float));
+    return v;
+}
+
+// The weight rewritten in place as bf16 (half of f32's bytes, as many as f16's): in panels as
+// pack_panels lays them out, or in AMX's B tiles: for each group of AMX_TILE output channels,
+// its K tiles one after the other, each AMX_K / 2 rows of 64 bytes that hold, for each channel,
+// two consecutive values of K.
+void pack_bf16(ggml_tensor *w, bool amx) {
+    const int64_t K = w->ne[0], M = w->ne[1];
+    const std::vector<float> v = weight_values(w);
+    ggml_bf16_t *packed = static_cast<ggml_bf16_t *>(w->data);
+    if (amx) {
+        for (int64_t m0 = 0; m0 < M; m0 += AMX_TILE)
+            for (int64_t k0 = 0; k0 < K; k0 += 2)  // a tile's rows, one after the other
+                for (int64_t m = m0; m < m0 + AMX_TILE; ++m) {
+                    *packed++ = to_bf16(v[m * K + k0]);
+                    *packed++ = to_bf16(v[m * K + k0 + 1]);
+                }
+    } else {
+        for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL)
+            for (int64_t k = 0; k < K; ++k)
+                for (int64_t m = m0; m < m0 + CONV_PANEL; ++m) *packed++ = to_bf16(v[m * K + k]);
+    }
+    w->type = GGML_TYPE_BF16;
+    w->nb[0] = sizeof(ggml_bf16_t);
+    for (int d = 1; d < GGML_MAX_DIMS; ++d) w->nb[d] = w->nb[d - 1] * w->ne[d - 1];
+}
+
 }  // namespace
 
 bool conv_gemm_supported(const ggml_tensor *w) {
@@ -194,9 +326,10 @@ bool conv_gemm_supported(const ggml_tensor *w) {
            w->ne[1] % CONV_PANEL == 0 && w->ne[1] >= CONV_PANEL;
 }
 
-void pack_conv_weight(ggml_tensor *w) {
-    GGML_ASSERT(conv_gemm_supported(w));
-    if (w->type == GGML_TYPE_F16) pack_panels<ggml_fp16_t>(w);
+void pack_conv_weight(ggml_tensor *w, int64_t taps, DecoderPrecision precision) {
+    GGML_ASSERT(conv_gemm_supported(w) && taps >= 1 && w->ne[0] % taps == 0);
+    if (precision == DecoderPrecision::BF16) pack_bf16(w, amx_layout(w->ne[0] / taps));
+    else if (w->type == GGML_TYPE_F16) pack_panels<ggml_fp16_t>(w);
     else pack_panels<float>(w);
 }
 

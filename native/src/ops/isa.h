@@ -15,11 +15,16 @@
 // On aarch64 the NEON paths (every AArch64 CPU has NEON, with fp16 conversion) are chosen when
 // compiling.
 #if defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #define KAZEIA_AVX2 1
 #define KAZEIA_AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #define KAZEIA_AVX512_FN __attribute__((target("avx512f,avx2,fma,f16c")))
+// The decoder GEMM's bf16 products on AMX tiles (ops/x86/conv_gemm_amx.cpp).
+#define KAZEIA_AMX_FN __attribute__((target("amx-tile,amx-bf16,avx512f,avx2,fma,f16c")))
 // The q8_0 GEMM's paths (AVX2, AVX-512 VNNI), chosen at run time by ops/q8_gemm.cpp. No FMA
 // among their instructions: their float steps stay separate multiplies and adds.
 #define KAZEIA_Q8_AVX2_FN __attribute__((target("avx2,f16c")))
@@ -61,10 +66,30 @@ inline bool use_avx512() {
     }();
     return yes;
 }
+
+// Whether the decoder's bf16 products (DecoderPrecision::BF16) run on AMX tiles: the CPU has
+// AMX-BF16 and Linux lets this process use the tile registers (a process asks once, before its
+// first tile instruction: without the permission that instruction is a SIGILL). Elsewhere, and
+// with KAZEIA_KERNELS set to avx2 or portable, the vector or portable loops multiply the same
+// bf16 values.
+inline bool use_amx() {
+    static const bool yes = [] {
+        const char *forced = std::getenv("KAZEIA_KERNELS");
+        if (forced && (std::strcmp(forced, "portable") == 0 || std::strcmp(forced, "avx2") == 0))
+            return false;
+        if (!use_avx512() || !__builtin_cpu_supports("amx-bf16") ||
+            !__builtin_cpu_supports("amx-tile"))
+            return false;
+        constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+        return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    }();
+    return yes;
+}
 #else
 // No run-time choice elsewhere: the NEON paths on aarch64, the portable loops on the rest.
 constexpr bool use_avx2() { return false; }
 constexpr bool use_avx512() { return false; }
+constexpr bool use_amx() { return false; }
 #endif
 
 // Runs task(0..n_tasks) for a custom op: on `pool` when the op has one (called from a

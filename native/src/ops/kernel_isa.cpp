@@ -24,4 +24,15 @@ const char *kernel_isa() {
     return isa.c_str();
 }
 
+const char *decoder_bf16_isa() {
+    if (use_amx()) return "AMX";
+    if (use_avx512()) return "AVX-512";
+    if (use_avx2()) return "AVX2";
+#if KAZEIA_NEON
+    return "NEON";
+#else
+    return "portable";
+#endif
+}
+
 }  // namespace kazeia

@@ -40,6 +40,12 @@ __attribute__((always_inline)) inline float sin2(float x) {
 inline constexpr int64_t CONV_NR = 6;
 // Panels the AVX-512 kernel takes at once.
 inline constexpr int64_t CONV_MAX_PANELS = 4;
+// The bf16 path's AMX tiles (ops/x86/conv_gemm_amx.cpp): 16 input columns times 16 output
+// channels per accumulator tile, K in steps of 32 (16 pairs of bf16), up to 2 x 2 accumulators
+// per call.
+inline constexpr int64_t AMX_TILE = 16;
+inline constexpr int64_t AMX_K = 32;
+inline constexpr int AMX_MAX_TILES = 2;
 // Weights are prefetched this many K steps ahead: streamed frames read each weight once, and
 // the hardware prefetchers alone fall short of the memory bandwidth there (full decodes, which
 // reuse each weight, neither gain nor lose).

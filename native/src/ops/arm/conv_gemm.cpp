@@ -1,5 +1,5 @@
 // The conv GEMM's NEON micro-kernel: one packed panel as four 4-lane vectors per column (f16
-// weights widened on load).
+// and bf16 weights widened on load).
 #include "ops/arch.h"
 
 #if KAZEIA_NEON
@@ -12,6 +12,10 @@ namespace {
 inline float32x4_t load4(const float *p) { return vld1q_f32(p); }
 inline float32x4_t load4(const ggml_fp16_t *p) {
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t *>(p))));
+}
+inline float32x4_t load4(const ggml_bf16_t *p) {
+    const uint32x4_t wide = vmovl_u16(vld1_u16(reinterpret_cast<const uint16_t *>(p)));
+    return vreinterpretq_f32_u32(vshlq_n_u32(wide, 16));
 }
 
 // acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns, one
@@ -57,6 +61,10 @@ void tile_kernel_neon(int64_t cols, const float *a, const float *const b[CONV_NR
     tile_kernel(cols, a, b, kc, acc);
 }
 void tile_kernel_neon(int64_t cols, const ggml_fp16_t *a, const float *const b[CONV_NR],
+                      int64_t kc, float acc[CONV_NR][CONV_PANEL]) {
+    tile_kernel(cols, a, b, kc, acc);
+}
+void tile_kernel_neon(int64_t cols, const ggml_bf16_t *a, const float *const b[CONV_NR],
                       int64_t kc, float acc[CONV_NR][CONV_PANEL]) {
     tile_kernel(cols, a, b, kc, acc);
 }

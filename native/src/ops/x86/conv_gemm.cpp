@@ -1,5 +1,5 @@
 // The conv GEMM's x86-64 micro-kernels: one packed panel on AVX2/FMA (f16 weights widened by
-// F16C), up to four panels at once on AVX-512F with every lane's multiply-adds in the AVX2 order.
+// F16C, bf16 ones by a shift), up to four panels at once on AVX-512F with every lane's multiply-adds in the AVX2 order.
 #include "ops/arch.h"
 
 #if KAZEIA_AVX2
@@ -12,6 +12,11 @@ namespace {
 KAZEIA_AVX2_FN inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
 KAZEIA_AVX2_FN inline __m256 load8(const ggml_fp16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+// A bf16 value is the high half of its float's bits.
+KAZEIA_AVX2_FN inline __m256 load8(const ggml_bf16_t *p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
 // acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns. Narrow
@@ -52,6 +57,12 @@ KAZEIA_AVX512_FN inline __m512 load16(const ggml_fp16_t *p) {
     // The zero-masked form of _mm512_cvtph_ps (same values), whose GCC 12 header reads an
     // uninitialized register (-Wmaybe-uninitialized).
     return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+}
+KAZEIA_AVX512_FN inline __m512 load16(const ggml_bf16_t *p) {
+    // Zero-masked forms again, for the same GCC 12 warning.
+    const __m512i wide =
+        _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, wide, 16));
 }
 
 // The AVX-512 kernel for P panels at once (panel q at a + q * panel_stride), one 16-lane
@@ -134,6 +145,12 @@ KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const ggml_fp16_t *a,
     tile_kernel(cols, a, b, kc, acc);
 }
 
+KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const ggml_bf16_t *a,
+                                     const float *const b[CONV_NR], int64_t kc,
+                                     float acc[CONV_NR][CONV_PANEL]) {
+    tile_kernel(cols, a, b, kc, acc);
+}
+
 KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const float *a,
                                            int64_t panel_stride, const float *const b[CONV_NR],
                                            int64_t kc,
@@ -141,6 +158,13 @@ KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const float
     panels_kernel(np, cols, a, panel_stride, b, kc, acc);
 }
 KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_fp16_t *a,
+                                           int64_t panel_stride, const float *const b[CONV_NR],
+                                           int64_t kc,
+                                           float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
+    panels_kernel(np, cols, a, panel_stride, b, kc, acc);
+}
+
+KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_bf16_t *a,
                                            int64_t panel_stride, const float *const b[CONV_NR],
                                            int64_t kc,
                                            float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
