@@ -37,6 +37,11 @@ def ref_array(model: str, name: str) -> np.ndarray:
     return np.load(REFERENCE / model / "ref" / f"{name}.npy")
 
 
+def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    """How far below `reference`'s energy the difference of `other` lies, in dB."""
+    return float(10 * np.log10(np.sum(reference**2) / np.sum((other - reference) ** 2)))
+
+
 def ref_codes(model: str, name: str) -> np.ndarray:
     """Reference decoder codes as our API takes them: time-major [T, 16]."""
     return np.ascontiguousarray(ref_array(model, name).T)
@@ -160,7 +165,7 @@ def mid_checkpoint(out: Path) -> Path:
 
 
 # Run in a fresh process with KAZEIA_KERNELS set (e.g. portable: the loops a CPU without AVX2
-# runs): argv = decoder, codes.npy, out.npz, threads, precision.
+# runs): argv = out.npz, decoder, codes.npy, threads, precision.
 FRESH_DECODE = """
 import sys
 import numpy as np
@@ -168,19 +173,31 @@ from wyoming_kazeia import native
 from wyoming_kazeia._native import testing
 rng = np.random.default_rng(0)
 xs = np.concatenate([rng.uniform(-4, 4, 2000), rng.uniform(-200, 200, 2000)]).astype(np.float32)
-codes = np.load(sys.argv[2])
-decoder = native.SpeechDecoder(sys.argv[1], threads=int(sys.argv[4]), precision=sys.argv[5])
+codes = np.load(sys.argv[3])
+decoder = native.SpeechDecoder(sys.argv[2], threads=int(sys.argv[4]), precision=sys.argv[5])
 stream = decoder.stream()
 np.savez(
-    sys.argv[3],
+    sys.argv[1],
     isa=np.array(native.KERNEL_ISA),
-    bf16_isa=np.array(native.DECODER_BF16_ISA),
+    bf16_isa=np.array(native.decoder_bf16_isa()),
     xs=xs,
     sin2=testing.sin_squared(xs),
     full=decoder.decode(codes),
     streamed=np.concatenate([stream.push(codes[i : i + 4]) for i in range(0, len(codes), 4)]),
 )
 """
+
+
+def run_fresh(script: str, out: Path, args: list[str], env_vars: dict[str, str]) -> Any:
+    """Runs `script` (python -c) in a fresh process with argv [out, *args] and `env_vars` set
+    (KAZEIA_KERNELS unset unless they set it to a value): the arrays it saved to `out`."""
+    env = {k: v for k, v in os.environ.items() if k != "KAZEIA_KERNELS"}
+    env.update({k: v for k, v in env_vars.items() if v})
+    r = subprocess.run(
+        [sys.executable, "-c", script, str(out), *args], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    return np.load(out)
 
 
 def decode_with_kernels(
@@ -195,11 +212,5 @@ def decode_with_kernels(
     leaves the CPU's own choice)."""
     np.save(tmp_path / "codes.npy", codes)
     out = tmp_path / f"{forced or 'cpu'}-{precision}-{threads}.npz"
-    env = {k: v for k, v in os.environ.items() if k != "KAZEIA_KERNELS"}
-    if forced:
-        env["KAZEIA_KERNELS"] = forced
-    codes_file = str(tmp_path / "codes.npy")
-    args = [sys.executable, "-c", FRESH_DECODE, str(model), codes_file, str(out), str(threads)]
-    r = subprocess.run([*args, precision], env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return np.load(out)
+    args = [str(model), str(tmp_path / "codes.npy"), str(threads), precision]
+    return run_fresh(FRESH_DECODE, out, args, {"KAZEIA_KERNELS": forced})

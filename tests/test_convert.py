@@ -11,7 +11,7 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-from conftest import REFERENCE, ref_codes
+from conftest import REFERENCE, ref_codes, snr_db
 from safetensors.numpy import load_file, save_file
 
 from wyoming_kazeia.convert import (
@@ -248,8 +248,8 @@ def test_f16_decoder_streams_exactly_and_stays_close_to_f32(tmp_path: Path) -> N
     assert np.abs(pushed - f16).max() < 1e-4
     # Weight rounding only (2^-11 relative). Random tiny weights amplify it more than trained
     # ones (full-size random 0.6b: 46 dB): bound the error energy at 30 dB below the signal.
-    snr_db = 10 * np.log10(np.sum(f32**2) / np.sum((f16 - f32) ** 2))
-    assert 30 < snr_db < 120, snr_db
+    snr = snr_db(f32, f16)
+    assert 30 < snr < 120, snr
 
 
 @pytest.mark.parametrize(

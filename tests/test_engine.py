@@ -106,6 +106,9 @@ def test_the_decoder_precision_applies_in_process_and_in_the_decoder_process(
     assert np.array_equal(pcm(engine, decoder_subprocess=True), bf16)
     engine.apply_settings(engine.settings.replace(decoder_precision="f32"))
     assert np.array_equal(pcm(engine), f32)
+    # One synthesis cannot change what the engine has loaded: an error, never ignored.
+    with pytest.raises(SettingsError, match="decoder_precision: the engine's"):
+        engine.synthesize(TEXT, "vivian", decoder_precision="bf16")
 
 
 def test_subprocess_placement_loads_no_in_process_decoder(model_dir: Path) -> None:

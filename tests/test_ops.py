@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REFERENCE, decode_with_kernels, ref_array, ref_codes
+from conftest import REFERENCE, decode_with_kernels, ref_array, ref_codes, run_fresh
 
 from wyoming_kazeia import native
 from wyoming_kazeia._native import testing
@@ -252,18 +252,7 @@ def test_every_way_of_computing_q8_0_rows_gives_ggml_bits_for_every_row(tmp_path
     ]
     got = {}
     for way, env_vars in ROW_WAYS.items():
-        out = tmp_path / f"{way}.npz"
-        env = {**os.environ, **env_vars}
-        if "KAZEIA_KERNELS" not in env_vars:
-            env.pop("KAZEIA_KERNELS", None)
-        r = subprocess.run(
-            [sys.executable, "-c", ROW_READS, str(out), *shapes],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert r.returncode == 0, r.stderr
-        got[way] = np.load(out)
+        got[way] = run_fresh(ROW_READS, tmp_path / f"{way}.npz", shapes, env_vars)
         assert f", q8_0 steps {ROW_WAY_PATHS[way]}, " in str(got[way]["isa"]), way
         for shape in shapes:
             m, _, n, _, _ = (int(v) for v in shape.split("x"))
@@ -313,13 +302,7 @@ def test_q8_gemm_gives_the_same_bits_on_every_path(forced: str, tmp_path: Path) 
     if forced == "avx2" and testing.Q8_GEMM_ISA not in ("AVX2", "AVX-512 VNNI"):
         pytest.skip(f"this CPU has no AVX2 ({testing.Q8_GEMM_ISA})")
     shapes = [f"{m}x{k}x{n}" for m, k, n in Q8_SHAPES]
-    out = tmp_path / "forced.npz"
-    env = {**os.environ, "KAZEIA_KERNELS": forced}
-    r = subprocess.run(
-        [sys.executable, "-c", Q8_PATHS, str(out), *shapes], env=env, capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-    got = np.load(out)
+    got = run_fresh(Q8_PATHS, tmp_path / "forced.npz", shapes, {"KAZEIA_KERNELS": forced})
     assert str(got["isa"]) == {"portable": "portable", "avx2": "AVX2"}[forced]
     for m, k, n in Q8_SHAPES:
         native_y = testing.q8_matmul(*_q8_inputs(m, k, n))["y"]

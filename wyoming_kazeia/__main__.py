@@ -38,8 +38,8 @@ from .model_voices import LibraryLook, ModelVoices, VoiceModel
 from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summarize
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import (
-    DECODER_BF16_ISA,
     KERNEL_ISA,
+    decoder_bf16_isa,
     describe_placement,
     ggml_cpu_features,
     ggml_cpu_variant,
@@ -469,7 +469,7 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         "a kazeia-decoder process"
         if s.decoder_subprocess
         else describe_placement(devices["decoder"]),
-        f" in bf16 ({DECODER_BF16_ISA})"
+        f" in bf16 ({decoder_bf16_isa()})"
         if s.decoder_precision == "bf16" and (s.decoder_subprocess or devices["decoder"] == "cpu")
         else "",
     )

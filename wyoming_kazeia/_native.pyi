@@ -6,7 +6,6 @@ import numpy.typing as npt
 from .errors import InputError as InputError
 from .errors import ModelError as ModelError
 
-DECODER_BF16_ISA: str
 DECODER_GPU_CHUNK_FRAMES: int
 DECODER_MAX_CHUNK_FRAMES: int
 DECODER_PRECISIONS: tuple[str, ...]
@@ -230,6 +229,15 @@ class _Testing:
         n: int,
     ) -> list[int]: ...
     Q8_GEMM_ISA: str
+    def conv_gemm(
+        self,
+        w: npt.ArrayLike,
+        x: npt.ArrayLike,
+        taps: int = 1,
+        dilation: int = 1,
+        precision: str = "f32",
+        threads: int = 2,
+    ) -> npt.NDArray[np.float32]: ...
     def q8_matmul(
         self,
         w: npt.ArrayLike,
@@ -255,3 +263,5 @@ class _Testing:
     ) -> npt.NDArray[np.float32]: ...
 
 testing: _Testing
+
+def decoder_bf16_isa() -> str: ...

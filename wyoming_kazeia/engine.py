@@ -47,6 +47,11 @@ SUBPROCESS_BASE_S = 30.0
 SUBPROCESS_PER_FRAME_S = 0.5
 # In-context voices whose decoder state (after their reference codes) is kept in memory.
 PRIMED_VOICES = 8
+# What the engine has loaded follows these settings: a synthesis cannot change them, only
+# apply_settings (which reloads the part they concern).
+LOADED_SETTINGS = ("threads", "decoder_threads", "decoder_precision", "backend") + tuple(
+    f"{part}_backend" for part in PARTS
+)
 
 
 def follows_instructions(kind: str, size: str) -> bool:
@@ -376,6 +381,12 @@ class Engine:
         """Starts a synthesis with a built-in `speaker` or a `voice`; `overrides` are settings
         for this one (e.g. seed=7). `non_streaming`: the whole text in the prompt (the official
         non-streaming text mode) instead of one token per frame; `greedy`: argmax decoding."""
+        loaded = sorted(set(overrides) & set(LOADED_SETTINGS))
+        if loaded:
+            raise SettingsError(
+                f"{', '.join(loaded)}: the engine's, not one synthesis's (apply_settings changes "
+                "them)"
+            )
         settings = self.settings.replace(**overrides) if overrides else self.settings
         if voice is not None:
             speaker = voice.speaker

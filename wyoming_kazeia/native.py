@@ -14,7 +14,6 @@ import numpy as np
 
 from . import _native
 from ._native import (
-    DECODER_BF16_ISA,
     DECODER_GPU_CHUNK_FRAMES,
     DECODER_MAX_CHUNK_FRAMES,
     DECODER_PRECISIONS,
@@ -30,6 +29,7 @@ from ._native import (
     SpeechEncoder,
     Voice,
     compute_devices,
+    decoder_bf16_isa,
     describe_placement,
     formats,
     frame_budget,
@@ -39,7 +39,6 @@ from ._native import (
 from .errors import InputError, ModelError
 
 __all__ = [
-    "DECODER_BF16_ISA",
     "DECODER_GPU_CHUNK_FRAMES",
     "DECODER_MAX_CHUNK_FRAMES",
     "DECODER_PRECISIONS",
@@ -59,6 +58,7 @@ __all__ = [
     "formats",
     "frame_budget",
     "compute_devices",
+    "decoder_bf16_isa",
     "describe_placement",
     "ggml_cpu_features",
     "ggml_cpu_variant",

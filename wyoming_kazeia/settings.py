@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .errors import SettingsError
-from .native import DECODER_BF16_ISA, DECODER_GPU_CHUNK_FRAMES, DECODER_PRECISIONS
+from .native import DECODER_GPU_CHUNK_FRAMES, DECODER_PRECISIONS
 
 # The talker's weight types (the converter's --type): ggml's, from most exact to smallest, and
 # q4_k_mix: 4-bit talker attention and MLP, q8_0 elsewhere (docs/hardware.md "Which weight type"
@@ -131,12 +131,12 @@ class EngineSettings:
     decoder_threads: int = _opt(
         "KZTTS_DECODER_THREADS", "speech decoder threads", Bounds(1, 64), default=2
     )
-    # f32 is the official model's arithmetic; bf16 is several times faster where the CPU has
-    # AMX, and a little slower elsewhere (docs/hardware.md has both and the error).
+    # f32 is the official model's arithmetic; bf16 makes the decoder 2.7x faster where the CPU
+    # has AMX, and a little slower elsewhere (docs/hardware.md has both and the error).
     decoder_precision: str = _opt(
         "KZTTS_DECODER_PRECISION",
-        "how the speech decoder multiplies on the CPU: f32 (exact), or bf16 (rounded to 8 "
-        f"significant bits; this CPU: {DECODER_BF16_ISA})",
+        "how the speech decoder multiplies on the CPU: f32 (the official model's arithmetic), "
+        "or bf16 (rounded to 8 significant bits: faster on CPUs with AMX)",
         Bounds(choices=DECODER_PRECISIONS),
         default="f32",
     )

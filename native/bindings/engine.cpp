@@ -244,10 +244,11 @@ void def_engine(py::module_ &m) {
     // engine.py take it from here).
     m.attr("DECODER_GPU_CHUNK_FRAMES") = DECODER_GPU_CHUNK_FRAMES;
     m.attr("KERNEL_ISA") = kernel_isa();
-    // The values of SpeechDecoder's `precision` (DecoderPrecision's order), and where "bf16"'s
-    // products run on this CPU.
+    // The values of SpeechDecoder's `precision` (DecoderPrecision's order).
     m.attr("DECODER_PRECISIONS") = py::make_tuple(DECODER_PRECISIONS[0], DECODER_PRECISIONS[1]);
-    m.attr("DECODER_BF16_ISA") = decoder_bf16_isa();
+    m.def("decoder_bf16_isa", &decoder_bf16_isa,
+          "Where precision='bf16' multiplies on this CPU: AMX (the process then asks Linux for the "
+          "tile registers, as a bf16 decoder does), AVX-512, AVX2, NEON or portable.");
     m.def(
         "cpu_backend",
         []() {

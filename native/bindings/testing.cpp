@@ -19,6 +19,7 @@
 
 #include "common.h"
 #include "kazeia/error.h"
+#include "kazeia/speech_decoder.h"
 #include "src/cpu_backend.h"
 #include "src/generation_probes.h"
 #include "src/ggml_raii.h"
@@ -285,6 +286,39 @@ double fma_peak(int threads) {
 // [n, K] converted to q8_0 as ggml's CPU backend does for a dot product, then pool_mul_mat's
 // mul_mat_converted with the GEMM or with ggml's dot product only. Returns y [n, M], the
 // dequantized W and x (what the integer sums see) and the median seconds of `repeats` runs.
+// The decoder's conv GEMM alone: w [out, taps * in] (row m: tap 0's in values, then tap 1's,
+// ...), x [len + (taps - 1) * dilation, in] (left context first), packed and computed as the
+// decoder does.
+py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64_t taps,
+                                 int64_t dilation, const std::string &precision, int threads) {
+    if (w.ndim() != 2 || x.ndim() != 2 || taps < 1 || dilation < 1 || threads < 1 ||
+        w.shape(1) != taps * x.shape(1) || w.shape(0) % CONV_PANEL ||
+        x.shape(0) <= (taps - 1) * dilation)
+        throw InputError("conv_gemm: w [out, taps * in] with out a multiple of 16, x [cols, in] "
+                         "with cols > (taps - 1) * dilation, threads >= 1");
+    const int64_t out = w.shape(0), K = w.shape(1), in = x.shape(1), cols = x.shape(0);
+    const int64_t len = cols - (taps - 1) * dilation;
+    const size_t bytes = (w.size() + x.size() + out * len) * sizeof(float);
+    ggml_init_params params = {bytes + 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr,
+                               false};
+    GgmlContextPtr ctx(ggml_init(params));
+    ggml_tensor *wt = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, K, out);
+    ggml_tensor *xt = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, in, cols);
+    std::memcpy(wt->data, w.data(), ggml_nbytes(wt));
+    std::memcpy(xt->data, x.data(), ggml_nbytes(xt));
+    pack_conv_weight(wt, taps, decoder_precision(precision));
+    WorkerPool pool(threads);
+    const ConvGemmParams p{taps, dilation, &pool};
+    ggml_tensor *y = conv_gemm(ctx.get(), xt, wt, nullptr, nullptr, &p);
+    ggml_cgraph *gf = ggml_new_graph(ctx.get());
+    ggml_build_forward_expand(gf, y);
+    if (cpu_backend().graph_compute_with_ctx(ctx.get(), gf, 1) != GGML_STATUS_SUCCESS)
+        throw std::runtime_error("conv_gemm: graph computation failed");
+    py::array_t<float> result({len, out});
+    std::memcpy(result.mutable_data(), y->data, ggml_nbytes(y));
+    return result;
+}
+
 py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int threads,
                        int repeats) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32)
@@ -341,6 +375,10 @@ void def_testing(py::module_ &m) {
           "A q8_0 product as the engine computes it (q8_gemm, or gemm=False: ggml's dot product "
           "per row and column): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
+    m.def("conv_gemm", &run_conv_gemm, py::arg("w"), py::arg("x"), py::arg("taps") = 1,
+          py::arg("dilation") = 1, py::arg("precision") = "f32", py::arg("threads") = 2,
+          "The decoder's conv GEMM: w [out, taps * in], x [len + (taps - 1) * dilation, in] -> "
+          "y [len, out], y[t] = sum_j W_j x[t + j * dilation], in `precision` (f32 or bf16).");
     m.def("window_attention", &run_window_attention, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"), py::arg("cache_capacity") = 0,
           py::arg("in_ggml_ops") = false,

@@ -6,8 +6,9 @@
 //
 // File mode: codes.bin holds T frames of int32 little-endian codes, time-major
 // [T][num_quantizers]; --chunk K decodes with the exact streaming decoder, K frames per push (the
-// same samples); --precision bf16 multiplies in bf16 (kazeia::DecoderPrecision). The WAV (24 kHz mono, 16-bit PCM or 32-bit float) is written to a temporary file
-// beside out.wav and renamed into place, so a reader never sees a partial file.
+// same samples); --precision bf16 multiplies in bf16 (kazeia::DecoderPrecision). The WAV
+// (24 kHz mono, 16-bit PCM or 32-bit float) is written to a temporary file beside out.wav and
+// renamed into place, so a reader never sees a partial file.
 //
 // Pipe mode (the engine's subprocess placement, which starts the tool with the synthesis and
 // streams): one exact streaming decoder; each message on stdin is a push, a uint32 frame count n

@@ -33,26 +33,17 @@ int64_t k_block(int64_t in) {
 // or bf16 (DecoderPrecision::BF16).
 inline float to_f32(float v) { return v; }
 inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
-inline float to_f32(ggml_bf16_t v) {
-    const uint32_t bits = (uint32_t)v.bits << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
+inline float to_f32(ggml_bf16_t v) { return ggml_bf16_to_fp32(v); }
 
-// f32 -> bf16 rounded to nearest, ties to even (a NaN stays a NaN).
-inline uint16_t bf16_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+// n floats rounded to bf16 (to nearest, ties to even: ggml's portable conversion, the same on
+// every CPU).
+inline void to_bf16(const float *x, ggml_bf16_t *y, int64_t n) {
+    ggml_fp32_to_bf16_row_ref(x, y, n);
 }
-inline ggml_bf16_t to_bf16(float f) { return ggml_bf16_t{bf16_bits(f)}; }
-inline float round_to_bf16(float f) { return to_f32(to_bf16(f)); }
 
 // The bf16 products run on AMX where the CPU has it and the input width is whole K tiles
 // (every conv of the full-size decoders); their weights are then packed in AMX's tile layout
-// (pack_amx), the others' in bf16 panels for the vector or portable loops.
+// (pack_bf16), the others' in bf16 panels for the vector or portable loops.
 bool amx_layout(int64_t in) { return use_amx() && in % AMX_K == 0; }
 
 // acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns: the
@@ -150,12 +141,16 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
         const int64_t m_begin = ms * panels_per * CONV_PANEL;
         const int64_t m_end = std::min(out, m_begin + panels_per * CONV_PANEL);
         // The block's input columns, from output column nb: bf16 weights multiply inputs
-        // rounded to bf16 as well, as AMX does.
+        // rounded to bf16 as well, as AMX does (rounded by each task that reads them).
         const float *xb = xd + nb * in;
         if constexpr (std::is_same_v<T, ggml_bf16_t>) {
+            thread_local std::vector<ggml_bf16_t> bf16;
             thread_local std::vector<float> rounded;
-            rounded.resize((nb_end - nb + context) * in);
-            for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = round_to_bf16(xb[i]);
+            const int64_t n = (nb_end - nb + context) * in;
+            bf16.resize(n);
+            rounded.resize(n);
+            to_bf16(xb, bf16.data(), n);
+            ggml_bf16_to_fp32_row(bf16.data(), rounded.data(), n);
             xb = rounded.data();
         }
         float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL];
@@ -203,10 +198,10 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
 
 // The bf16 products on AMX: a task is one block of NC output columns times a range of output
 // channel groups (pairs of AMX_TILE channels), split as conv_gemm_run splits its panels. The
-// task converts its input columns to bf16 once; each call of the AMX kernel then takes 32
-// columns (two A tiles) by 2 groups through all of K, so that every output is one chain of tile
-// products in K order, whatever the number of columns around it: a streamed frame gets the bits
-// of a full decode.
+// task converts its block's input columns to bf16 (every task of the block does: a fraction of
+// its products' time); each call of the AMX kernel then takes 32 columns (two A tiles) by 2
+// groups through all of K, so that every output is one chain of tile products in K order,
+// whatever the number of columns around it: a streamed frame gets the bits of a full decode.
 void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
 #if KAZEIA_AVX2
     const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
@@ -219,6 +214,8 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     const float *rd = res ? static_cast<const float *>(res->data) : nullptr;
     auto *yd = static_cast<float *>(dst->data);
 
+    static_assert(AMX_TILE == CONV_PANEL, "conv_gemm's weights are whole tiles of channels");
+    static_assert(NC % (AMX_MAX_TILES * AMX_TILE) == 0, "a column block is whole kernel calls");
     const int64_t n_blocks = (len + NC - 1) / NC, n_groups = out / AMX_TILE;
     const int64_t n_pairs = (n_groups + 1) / 2;
     const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
@@ -232,16 +229,18 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
         // Rows: the block's columns rounded up to whole A tiles, plus the taps' context; rows
         // past the input are zeros (they only feed outputs that are not stored).
         const int64_t rows = (cols + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
-        thread_local std::vector<uint16_t> a;
-        a.assign(rows * in, 0);
+        thread_local std::vector<ggml_bf16_t> a;
+        a.resize(rows * in);
         const int64_t have = std::min(rows, x_cols - nb) * in;
-        for (int64_t i = 0; i < have; ++i) a[i] = bf16_bits(xd[nb * in + i]);
+        to_bf16(xd + nb * in, a.data(), have);
+        std::fill(a.begin() + have, a.end(), ggml_bf16_t{0});
         float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE];
         for (int64_t n0 = 0; n0 < cols; n0 += AMX_MAX_TILES * AMX_TILE) {
-            const int64_t na = std::min<int64_t>(AMX_MAX_TILES, (cols - n0 + AMX_TILE - 1) / AMX_TILE);
+            const int64_t na =
+                std::min<int64_t>(AMX_MAX_TILES, (cols - n0 + AMX_TILE - 1) / AMX_TILE);
             for (int64_t g = g_begin; g < g_end; g += AMX_MAX_TILES) {
                 const int64_t ng = std::min<int64_t>(AMX_MAX_TILES, g_end - g);
-                x86::amx_bf16_tiles(na, ng, a.data() + n0 * in, in, p->dilation * in,
+                x86::amx_bf16_tiles(na, ng, &a[n0 * in].bits, in, p->dilation * in,
                                     wd + g * group_stride, group_stride, k_tiles, c);
                 for (int64_t i = 0; i < na; ++i)
                     for (int64_t r = 0; r < AMX_TILE && n0 + i * AMX_TILE + r < cols; ++r) {
@@ -258,7 +257,7 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     run_tasks(p->pool, ith, nth, n_blocks * m_split, block);
 #else
     (void)dst, (void)ith, (void)nth, (void)p;
-    GGML_ABORT("conv GEMM: AMX weights on a CPU without AMX");
+    GGML_ABORT("conv GEMM: AMX weights in a build without x86 kernels");
 #endif
 }
 
@@ -289,8 +288,10 @@ void pack_panels(ggml_tensor *w) {
 std::vector<float> weight_values(const ggml_tensor *w) {
     const int64_t n = w->ne[0] * w->ne[1];
     std::vector<float> v(n);
-    if (w->type == GGML_TYPE_F16) ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(w->data), v.data(), n);
-    else std::memcpy(v.data(), w->data, n * sizeof(float));
+    if (w->type == GGML_TYPE_F16)
+        ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(w->data), v.data(), n);
+    else
+        std::memcpy(v.data(), w->data, n * sizeof(float));
     return v;
 }
 
@@ -301,19 +302,19 @@ std::vector<float> weight_values(const ggml_tensor *w) {
 void pack_bf16(ggml_tensor *w, bool amx) {
     const int64_t K = w->ne[0], M = w->ne[1];
     const std::vector<float> v = weight_values(w);
-    ggml_bf16_t *packed = static_cast<ggml_bf16_t *>(w->data);
+    std::vector<float> ordered;  // the values in their packed order
+    ordered.reserve(K * M);
     if (amx) {
         for (int64_t m0 = 0; m0 < M; m0 += AMX_TILE)
             for (int64_t k0 = 0; k0 < K; k0 += 2)  // a tile's rows, one after the other
-                for (int64_t m = m0; m < m0 + AMX_TILE; ++m) {
-                    *packed++ = to_bf16(v[m * K + k0]);
-                    *packed++ = to_bf16(v[m * K + k0 + 1]);
-                }
+                for (int64_t m = m0; m < m0 + AMX_TILE; ++m)
+                    ordered.insert(ordered.end(), {v[m * K + k0], v[m * K + k0 + 1]});
     } else {
         for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL)
             for (int64_t k = 0; k < K; ++k)
-                for (int64_t m = m0; m < m0 + CONV_PANEL; ++m) *packed++ = to_bf16(v[m * K + k]);
+                for (int64_t m = m0; m < m0 + CONV_PANEL; ++m) ordered.push_back(v[m * K + k]);
     }
+    to_bf16(ordered.data(), static_cast<ggml_bf16_t *>(w->data), K * M);
     w->type = GGML_TYPE_BF16;
     w->nb[0] = sizeof(ggml_bf16_t);
     for (int d = 1; d < GGML_MAX_DIMS; ++d) w->nb[d] = w->nb[d - 1] * w->ne[d - 1];

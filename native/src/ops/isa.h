@@ -7,23 +7,26 @@
 #include "worker_pool.h"
 
 // One vector path per instruction set, in ops/x86/ and ops/arm/ (declared in ops/arch.h). On
-// x86-64 the AVX2/FMA/F16C and AVX-512 paths are compiled for those instructions function by
-// function (KAZEIA_AVX2_FN, KAZEIA_AVX512_FN) and run only where the CPU has them (use_avx2,
-// use_avx512, checked once): everything else stays baseline x86-64, so a CPU without AVX2 never
-// meets an instruction it lacks and runs the portable loops. Never file by file (-mavx2): an
-// inline function of a header compiled there may be the copy the linker keeps for every caller.
-// On aarch64 the NEON paths (every AArch64 CPU has NEON, with fp16 conversion) are chosen when
+// x86-64 the AVX2/FMA/F16C, AVX-512 and AMX paths are compiled for those instructions function
+// by function (KAZEIA_AVX2_FN, KAZEIA_AVX512_FN, KAZEIA_AMX_FN) and run only where the CPU has
+// them (use_avx2, use_avx512, use_amx, checked once): everything else stays baseline x86-64,
+// so a CPU without AVX2 never meets an instruction it lacks and runs the portable loops. Never
+// file by file (-mavx2): an inline function of a header compiled there may be the copy the
+// linker keeps for every caller. On aarch64 the NEON paths (every AArch64 CPU has NEON, with fp16 conversion) are chosen when
 // compiling.
 #if defined(__x86_64__)
+#if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 
 #include <cstdlib>
 #include <cstring>
 #define KAZEIA_AVX2 1
 #define KAZEIA_AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #define KAZEIA_AVX512_FN __attribute__((target("avx512f,avx2,fma,f16c")))
-// The decoder GEMM's bf16 products on AMX tiles (ops/x86/conv_gemm_amx.cpp).
+// The decoder GEMM's bf16 products on AMX tiles (ops/x86/conv_gemm_amx.cpp), chosen at run
+// time as the others are (use_amx).
 #define KAZEIA_AMX_FN __attribute__((target("amx-tile,amx-bf16,avx512f,avx2,fma,f16c")))
 // The q8_0 GEMM's paths (AVX2, AVX-512 VNNI), chosen at run time by ops/q8_gemm.cpp. No FMA
 // among their instructions: their float steps stay separate multiplies and adds.
@@ -68,20 +71,26 @@ inline bool use_avx512() {
 }
 
 // Whether the decoder's bf16 products (DecoderPrecision::BF16) run on AMX tiles: the CPU has
-// AMX-BF16 and Linux lets this process use the tile registers (a process asks once, before its
-// first tile instruction: without the permission that instruction is a SIGILL). Elsewhere, and
-// with KAZEIA_KERNELS set to avx2 or portable, the vector or portable loops multiply the same
-// bf16 values.
+// AMX-BF16 and Linux lets this process use the tile registers. A process asks once, before its
+// first tile instruction (without the permission that instruction is a SIGILL), and only when
+// it first packs bf16 weights or names their path: an f32 process never asks (a process that
+// has the permission needs larger signal stacks). Elsewhere, and with KAZEIA_KERNELS set to
+// avx512, avx2 or portable, the vector or portable loops multiply the same bf16 values.
 inline bool use_amx() {
     static const bool yes = [] {
         const char *forced = std::getenv("KAZEIA_KERNELS");
-        if (forced && (std::strcmp(forced, "portable") == 0 || std::strcmp(forced, "avx2") == 0))
+        if (forced && (std::strcmp(forced, "portable") == 0 || std::strcmp(forced, "avx2") == 0 ||
+                       std::strcmp(forced, "avx512") == 0))
             return false;
         if (!use_avx512() || !__builtin_cpu_supports("amx-bf16") ||
             !__builtin_cpu_supports("amx-tile"))
             return false;
+#if defined(__linux__)
         constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
         return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+        return false;  // how another system grants the tiles is not known here
+#endif
     }();
     return yes;
 }

@@ -1,5 +1,6 @@
 // The conv GEMM's x86-64 micro-kernels: one packed panel on AVX2/FMA (f16 weights widened by
-// F16C, bf16 ones by a shift), up to four panels at once on AVX-512F with every lane's multiply-adds in the AVX2 order.
+// F16C, bf16 ones by a shift), up to four panels at once on AVX-512F with every lane's
+// multiply-adds in the AVX2 order.
 #include "ops/arch.h"
 
 #if KAZEIA_AVX2
@@ -15,7 +16,8 @@ KAZEIA_AVX2_FN inline __m256 load8(const ggml_fp16_t *p) {
 }
 // A bf16 value is the high half of its float's bits.
 KAZEIA_AVX2_FN inline __m256 load8(const ggml_bf16_t *p) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
@@ -60,8 +62,8 @@ KAZEIA_AVX512_FN inline __m512 load16(const ggml_fp16_t *p) {
 }
 KAZEIA_AVX512_FN inline __m512 load16(const ggml_bf16_t *p) {
     // Zero-masked forms again, for the same GCC 12 warning.
-    const __m512i wide =
-        _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+    const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xFFFF, half);
     return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, wide, 16));
 }
 
