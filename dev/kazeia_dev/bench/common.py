@@ -34,6 +34,11 @@ OFFICIAL_SCRIPT = REFERENCE_KIT / "official_decoder.py"
 # The child (one measured configuration) runs as `python -c CHILD_BOOT ARGS...`, so that it never
 # shows up among the public subcommands.
 CHILD_BOOT = "import sys; from kazeia_dev.bench.child import child_main; sys.exit(child_main())"
+# After a decoder's share of the FP32 peak, where its products were bf16.
+BF16_PEAK_NOTE = (
+    "; its products are bf16 (on AMX where the CPU has it), whose own peak is not probed: the "
+    "share can pass 100%"
+)
 
 
 class BenchError(RuntimeError):

@@ -18,6 +18,7 @@ from wyoming_kazeia.native import DECODER_PRECISIONS
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
+    BF16_PEAK_NOTE,
     CHILD_BOOT,
     OFFICIAL_SCRIPT,
     WARMUP_FRAMES,
@@ -410,7 +411,9 @@ def decoder_table(result: dict[str, Any]) -> str:
             f"Compute: {cp['gflop_per_frame']:.2f} GFLOP per frame; the full decode's "
             f"{cp['full_gflop_s']:.0f} GFLOP/s is {share:.0f}% "
             f"of the {cp['peak_gflop_s']:.0f} GFLOP/s FP32 multiply-add peak of its "
-            f"{c['threads']} threads ({cp['peak_isa']}, measured after the rows)."
+            f"{c['threads']} threads ({cp['peak_isa']}, measured after the rows)"
+            + BF16_PEAK_NOTE * (c.get("precision") == "bf16")
+            + "."
         )
     lines.append(
         f"Targets: full decode RTF <= {T['full_rtf']}: {ok(tg['full_rtf_ok'])}; streaming "
