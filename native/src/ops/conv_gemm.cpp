@@ -284,37 +284,36 @@ void pack_panels(ggml_tensor *w) {
     }
 }
 
-// The weight [K, M] as floats, row m = K values.
-std::vector<float> weight_values(const ggml_tensor *w) {
-    const int64_t n = w->ne[0] * w->ne[1];
-    std::vector<float> v(n);
-    if (w->type == GGML_TYPE_F16)
-        ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(w->data), v.data(), n);
-    else
-        std::memcpy(v.data(), w->data, n * sizeof(float));
-    return v;
-}
-
 // The weight rewritten in place as bf16 (half of f32's bytes, as many as f16's): in panels as
 // pack_panels lays them out, or in AMX's B tiles: for each group of AMX_TILE output channels,
 // its K tiles one after the other, each AMX_K / 2 rows of 64 bytes that hold, for each channel,
-// two consecutive values of K.
+// two consecutive values of K. A group at a time, through a buffer of one group's values: the
+// packed group lies at or before its source rows (bf16 is no wider than f16 or f32), which are
+// read before it is written, so the file's largest weight needs no copy of itself.
 void pack_bf16(ggml_tensor *w, bool amx) {
+    static_assert(AMX_TILE == CONV_PANEL, "a group of channels is one panel");
     const int64_t K = w->ne[0], M = w->ne[1];
-    const std::vector<float> v = weight_values(w);
-    std::vector<float> ordered;  // the values in their packed order
-    ordered.reserve(K * M);
-    if (amx) {
-        for (int64_t m0 = 0; m0 < M; m0 += AMX_TILE)
+    const bool f16 = w->type == GGML_TYPE_F16;
+    auto value = [&](int64_t m, int64_t k) {
+        return f16 ? ggml_fp16_to_fp32(static_cast<const ggml_fp16_t *>(w->data)[m * K + k])
+                   : static_cast<const float *>(w->data)[m * K + k];
+    };
+    std::vector<float> ordered(CONV_PANEL * K);  // one group's values in their packed order
+    auto *packed = static_cast<ggml_bf16_t *>(w->data);
+    for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL) {
+        float *o = ordered.data();
+        if (amx) {
             for (int64_t k0 = 0; k0 < K; k0 += 2)  // a tile's rows, one after the other
-                for (int64_t m = m0; m < m0 + AMX_TILE; ++m)
-                    ordered.insert(ordered.end(), {v[m * K + k0], v[m * K + k0 + 1]});
-    } else {
-        for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL)
+                for (int64_t m = m0; m < m0 + AMX_TILE; ++m) {
+                    *o++ = value(m, k0);
+                    *o++ = value(m, k0 + 1);
+                }
+        } else {
             for (int64_t k = 0; k < K; ++k)
-                for (int64_t m = m0; m < m0 + CONV_PANEL; ++m) ordered.push_back(v[m * K + k]);
+                for (int64_t m = m0; m < m0 + CONV_PANEL; ++m) *o++ = value(m, k);
+        }
+        to_bf16(ordered.data(), packed + m0 * K, CONV_PANEL * K);
     }
-    to_bf16(ordered.data(), static_cast<ggml_bf16_t *>(w->data), K * M);
     w->type = GGML_TYPE_BF16;
     w->nb[0] = sizeof(ggml_bf16_t);
     for (int d = 1; d < GGML_MAX_DIMS; ++d) w->nb[d] = w->nb[d - 1] * w->ne[d - 1];
