@@ -6,8 +6,6 @@
 #if KAZEIA_AVX2
 #include <immintrin.h>
 
-#include <cstring>
-
 namespace kazeia::x86 {
 
 namespace {
