@@ -115,6 +115,51 @@ def test_every_bf16_path_multiplies_bf16_values_and_sums_in_f32(
         assert np.abs(got[f"f32_{i}"] - expected).max() > 100 * bound.max(), i
 
 
+# Run in a fresh process with KAZEIA_KERNELS set: the bf16 bits of argv[2] float32 values.
+BF16_BITS = """
+import sys
+import numpy as np
+from wyoming_kazeia._native import testing
+x = np.load(sys.argv[2])
+np.savez(sys.argv[1], bits=testing.to_bf16(x))
+"""
+
+
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """The bf16 bits of float32 values: to nearest, ties to even; a NaN keeps its high half with
+    the quiet bit set."""
+    u = a.view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+@pytest.mark.parametrize("forced", ["", "avx2", "portable"])
+def test_every_path_rounds_to_bf16_with_the_same_bits(tmp_path: Path, forced: str) -> None:
+    """The inputs' rounding (a vector loop where the CPU has one, 16 or 4 values at a time, the
+    rest one by one) gives the portable conversion's bits: ties both ways, the largest finite
+    values (to infinity), infinities, NaNs of both signs, subnormals, zeros."""
+    specials = (
+        np.frombuffer(
+            bytes.fromhex(
+                "00000000 80000000 3F808000 3F818000 3F807FFF 3F808001 7F7FFFFF FF7FFFFF 7F800000"
+                "FF800000 7FC00000 FFC00001 7F800001 FF80FFFF 00000001 807FFFFF 00008000 00018000"
+            ),
+            dtype=">u4",
+        )
+        .astype(np.uint32)
+        .view(np.float32)
+    )
+    rng = np.random.default_rng(1)
+    noise = rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([specials, noise, specials[:7]])  # a length of no whole vectors
+    np.save(tmp_path / "x.npy", x)
+    got = run_fresh(
+        BF16_BITS, tmp_path / "bits.npz", [str(tmp_path / "x.npy")], {"KAZEIA_KERNELS": forced}
+    )
+    np.testing.assert_array_equal(got["bits"], bf16_bits(x))
+
+
 def test_bf16_decoder_stays_within_its_stated_error_of_f32(
     decoder_gguf: dict[str, Path],
 ) -> None:

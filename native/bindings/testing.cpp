@@ -379,6 +379,14 @@ void def_testing(py::module_ &m) {
           py::arg("dilation") = 1, py::arg("precision") = "f32", py::arg("threads") = 2,
           "The decoder's conv GEMM: w [out, taps * in], x [len + (taps - 1) * dilation, in] -> "
           "y [len, out], y[t] = sum_j W_j x[t + j * dilation], in `precision` (f32 or bf16).");
+    m.def(
+        "to_bf16",
+        [](py::array_t<float, py::array::c_style | py::array::forcecast> x) {
+            py::array_t<uint16_t> y(x.size());
+            to_bf16(x.data(), reinterpret_cast<ggml_bf16_t *>(y.mutable_data()), x.size());
+            return y;
+        },
+        py::arg("x"), "The bits of x (1-D float32 array) rounded to bf16 as the decoder rounds.");
     m.def("window_attention", &run_window_attention, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"), py::arg("cache_capacity") = 0,
           py::arg("in_ggml_ops") = false,

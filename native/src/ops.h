@@ -37,6 +37,10 @@ bool conv_gemm_supported(const ggml_tensor *w);
 // summing in f32.
 void pack_conv_weight(ggml_tensor *w, int64_t taps, DecoderPrecision precision);
 
+// n floats rounded to bf16 as DecoderPrecision::BF16 rounds the decoder's weights and inputs:
+// to nearest, ties to even, NaNs quiet (the bits of ggml's portable conversion on every path).
+void to_bf16(const float *x, ggml_bf16_t *y, int64_t n);
+
 // A causal 1-D conv (or linear layer, k = 1) as one GEMM reading its input in place:
 //   y[:, t] = bias + residual[:, t] + sum_{j<k} W_j x_full[:, t + j * dilation]
 // x_full is [in, L + (k-1)*dilation] (left context included), w the packed [k*in, out],

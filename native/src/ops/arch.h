@@ -46,11 +46,17 @@ KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_
                                            int64_t panel_stride, const float *const b[CONV_NR],
                                            int64_t kc,
                                            float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]);
+// n floats rounded to bf16 with the bits of ggml's portable conversion (to nearest, ties to
+// even; NaNs quiet).
+KAZEIA_AVX2_FN void to_bf16_avx2(const float *x, ggml_bf16_t *y, int64_t n);
 // The bf16 products on AMX (x86/conv_gemm_amx.cpp): c[i][j] = the 16 x 16 sums over k_tiles
 // tiles of K of input columns 16i.. (row r of `a`, `in` bf16 values per row, a K tile of tap t
 // at t * tap_offset values further) times the weights of channel group j (B tiles of AMX_K
 // values by AMX_TILE channels in pairs along K, one after the other, group j at
-// j * group_stride), for na, ng in 1..AMX_MAX_TILES.
+// j * group_stride), for na, ng in 1..AMX_MAX_TILES; between amx_tiles_begin (the tile
+// configuration) and amx_tiles_end (the tiles released) on the same thread.
+KAZEIA_AMX_FN void amx_tiles_begin();
+KAZEIA_AMX_FN void amx_tiles_end();
 KAZEIA_AMX_FN void amx_bf16_tiles(int64_t na, int64_t ng, const uint16_t *a, int64_t in,
                                   int64_t tap_offset, const uint16_t *b, int64_t group_stride,
                                   int64_t k_tiles,
@@ -95,6 +101,7 @@ void tile_kernel_neon(int64_t cols, const ggml_fp16_t *a, const float *const b[C
                       int64_t kc, float acc[CONV_NR][CONV_PANEL]);
 void tile_kernel_neon(int64_t cols, const ggml_bf16_t *a, const float *const b[CONV_NR],
                       int64_t kc, float acc[CONV_NR][CONV_PANEL]);
+void to_bf16_neon(const float *x, ggml_bf16_t *y, int64_t n);
 void attention_row_neon(const AttentionRow &a, int64_t t);
 // The q8_0 GEMM's panel products on the dot-product instructions, where the CPU has them.
 KAZEIA_DOTPROD_FN void q8_panel_dotprod(int cols, const Q8Panel &p, const Q8Columns &x,

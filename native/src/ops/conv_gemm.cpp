@@ -35,12 +35,6 @@ inline float to_f32(float v) { return v; }
 inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
 inline float to_f32(ggml_bf16_t v) { return ggml_bf16_to_fp32(v); }
 
-// n floats rounded to bf16 (to nearest, ties to even: ggml's portable conversion, the same on
-// every CPU).
-inline void to_bf16(const float *x, ggml_bf16_t *y, int64_t n) {
-    ggml_fp32_to_bf16_row_ref(x, y, n);
-}
-
 // The bf16 products run on AMX where the CPU has it and the input width is whole K tiles
 // (every conv of the full-size decoders); their weights are then packed in AMX's tile layout
 // (pack_bf16), the others' in bf16 panels for the vector or portable loops.
@@ -198,10 +192,13 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
 
 // The bf16 products on AMX: a task is one block of NC output columns times a range of output
 // channel groups (pairs of AMX_TILE channels), split as conv_gemm_run splits its panels. The
-// task converts its block's input columns to bf16 (every task of the block does: a fraction of
-// its products' time); each call of the AMX kernel then takes 32 columns (two A tiles) by 2
-// groups through all of K, so that every output is one chain of tile products in K order,
-// whatever the number of columns around it: a streamed frame gets the bits of a full decode.
+// block's input columns are rounded to bf16 by the task, or, where a block is split among
+// several tasks (short inputs: a streamed frame's layers) and a pool runs them, once by the
+// whole pool before the products: at a few hundred products per input value, converting it
+// once per task would cost more than the products themselves. Each call of the AMX kernel then
+// takes 32 columns (two A tiles) by 2 groups through all of K, so that every output is one
+// chain of tile products in K order, whatever the number of columns around it: a streamed
+// frame gets the bits of a full decode.
 void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
 #if KAZEIA_AVX2
     const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
@@ -222,19 +219,33 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     const int64_t m_split =
         std::max<int64_t>(1, std::min<int64_t>(n_pairs, (want + n_blocks - 1) / n_blocks));
     const int64_t groups_per = 2 * ((n_pairs + m_split - 1) / m_split);
+    // Rows of the input in bf16 from row r0 (r0 + n <= the rows of whole A tiles that cover
+    // the output plus the taps' context); rows past the input are zeros (they only feed
+    // outputs that are not stored).
+    auto convert = [&](int64_t r0, int64_t n, ggml_bf16_t *a) {
+        const int64_t have = std::max<int64_t>(0, std::min(n, x_cols - r0)) * in;
+        to_bf16(xd + r0 * in, a, have);
+        std::fill(a + have, a + n * in, ggml_bf16_t{0});
+    };
+    // Where a pool splits blocks: the input, converted once by the thread that runs the op (a
+    // worker reaches it through the pointer: its own thread_local would be another vector).
+    const bool shared = p->pool && m_split > 1;
+    thread_local std::vector<ggml_bf16_t> whole;
+    const ggml_bf16_t *converted = nullptr;
     auto block = [&](int64_t task) {
         const int64_t ib = task / m_split, ms = task % m_split;
         const int64_t nb = ib * NC, cols = std::min(len, nb + NC) - nb;
         const int64_t g_begin = ms * groups_per, g_end = std::min(n_groups, g_begin + groups_per);
-        // Rows: the block's columns rounded up to whole A tiles, plus the taps' context; rows
-        // past the input are zeros (they only feed outputs that are not stored).
-        const int64_t rows = (cols + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
-        thread_local std::vector<ggml_bf16_t> a;
-        a.resize(rows * in);
-        const int64_t have = std::min(rows, x_cols - nb) * in;
-        to_bf16(xd + nb * in, a.data(), have);
-        std::fill(a.begin() + have, a.end(), ggml_bf16_t{0});
+        const ggml_bf16_t *a = converted + nb * in;
+        thread_local std::vector<ggml_bf16_t> own;
+        if (!converted) {
+            const int64_t rows = (cols + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
+            own.resize(rows * in);
+            convert(nb, rows, own.data());
+            a = own.data();
+        }
         float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE];
+        x86::amx_tiles_begin();
         for (int64_t n0 = 0; n0 < cols; n0 += AMX_MAX_TILES * AMX_TILE) {
             const int64_t na =
                 std::min<int64_t>(AMX_MAX_TILES, (cols - n0 + AMX_TILE - 1) / AMX_TILE);
@@ -253,7 +264,20 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
                     }
             }
         }
+        x86::amx_tiles_end();
     };
+    if (shared) {
+        if (ith != 0) return;
+        const int64_t rows = (len + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
+        const int64_t per = std::max<int64_t>(1, (rows + p->pool->n_threads() - 1) /
+                                                     p->pool->n_threads());
+        whole.resize(rows * in);
+        ggml_bf16_t *all = whole.data();
+        p->pool->run((rows + per - 1) / per, [&](int64_t t) {
+            convert(t * per, std::min(per, rows - t * per), all + t * per * in);
+        });
+        converted = all;
+    }
     run_tasks(p->pool, ith, nth, n_blocks * m_split, block);
 #else
     (void)dst, (void)ith, (void)nth, (void)p;
@@ -320,6 +344,15 @@ void pack_bf16(ggml_tensor *w, bool amx) {
 }
 
 }  // namespace
+
+void to_bf16(const float *x, ggml_bf16_t *y, int64_t n) {
+#if KAZEIA_AVX2
+    if (use_avx2()) return x86::to_bf16_avx2(x, y, n);
+#elif KAZEIA_NEON
+    return arm::to_bf16_neon(x, y, n);
+#endif
+    ggml_fp32_to_bf16_row_ref(x, y, n);
+}
 
 bool conv_gemm_supported(const ggml_tensor *w) {
     return (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16) && ggml_is_contiguous(w) &&

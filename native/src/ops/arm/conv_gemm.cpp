@@ -1,5 +1,6 @@
 // The conv GEMM's NEON micro-kernel: one packed panel as four 4-lane vectors per column (f16
-// and bf16 weights widened on load).
+// and bf16 weights widened on load), and the rounding of inputs to bf16 (as ggml's portable
+// conversion rounds).
 #include "ops/arch.h"
 
 #if KAZEIA_NEON
@@ -67,6 +68,21 @@ void tile_kernel_neon(int64_t cols, const ggml_fp16_t *a, const float *const b[C
 void tile_kernel_neon(int64_t cols, const ggml_bf16_t *a, const float *const b[CONV_NR],
                       int64_t kc, float acc[CONV_NR][CONV_PANEL]) {
     tile_kernel(cols, a, b, kc, acc);
+}
+
+void to_bf16_neon(const float *x, ggml_bf16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const uint32x4_t b = vreinterpretq_u32_f32(vld1q_f32(x + i));
+        const uint32x4_t high = vshrq_n_u32(b, 16);
+        const uint32x4_t bias = vaddq_u32(vdupq_n_u32(0x7fff), vandq_u32(high, vdupq_n_u32(1)));
+        const uint32x4_t rounded = vshrq_n_u32(vaddq_u32(b, bias), 16);
+        const uint32x4_t nan =
+            vcgtq_u32(vandq_u32(b, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+        const uint32x4_t bits = vbslq_u32(nan, vorrq_u32(high, vdupq_n_u32(0x40)), rounded);
+        vst1_u16(reinterpret_cast<uint16_t *>(y + i), vmovn_u32(bits));
+    }
+    if (i < n) ggml_fp32_to_bf16_row_ref(x + i, y + i, n - i);
 }
 
 }  // namespace kazeia::arm

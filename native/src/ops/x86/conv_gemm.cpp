@@ -1,6 +1,6 @@
 // The conv GEMM's x86-64 micro-kernels: one packed panel on AVX2/FMA (f16 weights widened by
 // F16C, bf16 ones by a shift), up to four panels at once on AVX-512F with every lane's
-// multiply-adds in the AVX2 order.
+// multiply-adds in the AVX2 order; the rounding of inputs to bf16 on AVX2.
 #include "ops/arch.h"
 
 #if KAZEIA_AVX2
@@ -135,6 +135,19 @@ KAZEIA_AVX512_FN inline void panels_kernel(int64_t np, int64_t cols, const T *a,
     }
 }
 
+// 8 floats rounded to bf16 as ggml's portable conversion rounds them (to nearest, ties to
+// even; a NaN keeps its high half, made quiet), each in the low half of its 32-bit lane.
+KAZEIA_AVX2_FN inline __m256i bf16_bits8(const float *p) {
+    const __m256i b = _mm256_castps_si256(_mm256_loadu_ps(p));
+    const __m256i high = _mm256_srli_epi32(b, 16);
+    const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                          _mm256_and_si256(high, _mm256_set1_epi32(1)));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(b, bias), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    return _mm256_blendv_epi8(rounded, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
+}
+
 }  // namespace
 
 KAZEIA_AVX2_FN void tile_kernel_avx2(int64_t cols, const float *a, const float *const b[CONV_NR],
@@ -171,6 +184,17 @@ KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_
                                            int64_t kc,
                                            float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL]) {
     panels_kernel(np, cols, a, panel_stride, b, kc, acc);
+}
+
+KAZEIA_AVX2_FN void to_bf16_avx2(const float *x, ggml_bf16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        // packus interleaves the two inputs' 128-bit halves; the permute puts them in order.
+        const __m256i packed = _mm256_packus_epi32(bf16_bits8(x + i), bf16_bits8(x + i + 8));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(y + i),
+                            _mm256_permute4x64_epi64(packed, 0xd8));
+    }
+    if (i < n) ggml_fp32_to_bf16_row_ref(x + i, y + i, n - i);
 }
 
 }  // namespace kazeia::x86

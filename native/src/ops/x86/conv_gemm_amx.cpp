@@ -56,21 +56,27 @@ KAZEIA_AMX_FN void tiles(const uint16_t *a, int64_t in, int64_t tap_offset, cons
 
 }  // namespace
 
-KAZEIA_AMX_FN void amx_bf16_tiles(int64_t na, int64_t ng, const uint16_t *a, int64_t in,
-                                  int64_t tap_offset, const uint16_t *b, int64_t group_stride,
-                                  int64_t k_tiles,
-                                  float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE]) {
+KAZEIA_AMX_FN void amx_tiles_begin() {
     TileConfig config;
     for (int t = 0; t < 8; ++t) {
         config.rows[t] = AMX_TILE;
         config.bytes_per_row[t] = 64;
     }
-    _tile_loadconfig(&config);
+    // Not GCC's _tile_loadconfig: its asm names only the first 8 bytes of the operand, so the
+    // compiler may drop the stores of the rest; this operand is the whole configuration.
+    __asm__ volatile("ldtilecfg %0" : : "m"(config));
+}
+
+KAZEIA_AMX_FN void amx_tiles_end() { _tile_release(); }
+
+KAZEIA_AMX_FN void amx_bf16_tiles(int64_t na, int64_t ng, const uint16_t *a, int64_t in,
+                                  int64_t tap_offset, const uint16_t *b, int64_t group_stride,
+                                  int64_t k_tiles,
+                                  float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE]) {
     if (na == 1 && ng == 1) tiles<1, 1>(a, in, tap_offset, b, group_stride, k_tiles, c);
     else if (na == 1) tiles<1, 2>(a, in, tap_offset, b, group_stride, k_tiles, c);
     else if (ng == 1) tiles<2, 1>(a, in, tap_offset, b, group_stride, k_tiles, c);
     else tiles<2, 2>(a, in, tap_offset, b, group_stride, k_tiles, c);
-    _tile_release();
 }
 
 }  // namespace kazeia::x86
