@@ -345,6 +345,14 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.max(np.abs(a[:n].astype(np.float64) - b[:n].astype(np.float64))))
 
 
+def snr_db(ref: np.ndarray, other: np.ndarray) -> float:
+    """How far `other` lies below `ref`'s signal: 10 log10(sum ref^2 / sum (other - ref)^2) over
+    the common length, in dB (higher is closer)."""
+    n = min(ref.size, other.size)
+    r = ref[:n].astype(np.float64)
+    return float(10 * np.log10(np.sum(r**2) / np.sum((other[:n].astype(np.float64) - r) ** 2)))
+
+
 # --------------------------------------------------------------------------- decoder bench
 
 

@@ -39,6 +39,7 @@ from .common import (
     parse_chunks,
     print_result,
     run_json_child,
+    snr_db,
     warn_if_busy,
 )
 from .targets import TARGETS
@@ -226,6 +227,15 @@ def bench_decoder(args: argparse.Namespace) -> int:
         official = _run_official(args, checkpoint, codes_path, tmp / "official.npy", env)
         if official.get("status") == "ok":
             wavs["official"] = np.load(tmp / "official.npy")
+        # bf16 rows: the official decoder in bf16 too, the precision its GPU examples load it
+        # in, for its error beside ours (one decode: only its samples are used).
+        official_bf16: dict[str, Any] = {}
+        if args.precision == "bf16" and "official" in wavs:
+            official_bf16 = _run_official(
+                args, checkpoint, codes_path, tmp / "official_bf16.npy", env, "bf16"
+            )
+            if official_bf16.get("status") == "ok":
+                wavs["official_bf16"] = np.load(tmp / "official_bf16.npy")
 
     from wyoming_kazeia import _native
 
@@ -266,6 +276,13 @@ def bench_decoder(args: argparse.Namespace) -> int:
         max_abs_diff(wavs["full"], wavs["official"]) if "official" in wavs else None
     )
 
+    # Error against the official f32 waveform, dB below its signal.
+    error_db: dict[str, float] = {}
+    if "official" in wavs:
+        error_db["ours"] = snr_db(wavs["official"], wavs["full"])
+        if "official_bf16" in wavs:
+            error_db["official_bf16"] = snr_db(wavs["official"], wavs["official_bf16"])
+
     stream_names = [n for n in rows if n != "full"]
     targets = {
         "full_rtf_max": T["full_rtf"],
@@ -297,6 +314,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
         "rows": rows,
         "official": official,
         "max_abs_diff": diffs,
+        "error_db": error_db,
         "weights": weights,
         "compute": compute,
         "targets": targets,
@@ -310,8 +328,10 @@ def _run_official(
     codes_path: Path,
     out_path: Path,
     env: dict[str, str],
+    dtype: str = "f32",
 ) -> dict[str, Any]:
-    """Measure the official decoder, or say why not (``status`` is ``ok`` when measured)."""
+    """Measure the official decoder in `dtype` (f32: --official-repeats decodes; bf16: one), or
+    say why not (``status`` is ``ok`` when measured)."""
     tok = checkpoint / "speech_tokenizer" if checkpoint else None
     result = official_child(
         args,
@@ -323,9 +343,11 @@ def _run_official(
             "--threads",
             str(args.threads),
             "--repeats",
-            str(args.official_repeats),
+            str(args.official_repeats if dtype == "f32" else 1),
             "--warmup-frames",
             str(WARMUP_FRAMES),
+            "--dtype",
+            dtype,
             "--out",
             str(out_path),
         ],
@@ -394,6 +416,18 @@ def decoder_table(result: dict[str, Any]) -> str:
         + ", ".join(f"{k} {fmt(v, '.3e')}" for k, v in diffs.items())
         + " (reported, not asserted)"
     )
+    err = result.get("error_db", {})
+    if err:
+        line = (
+            f"Error against the official f32 waveform, dB below its signal (higher is closer): "
+            f"ours (products in {c.get('precision', 'f32')}) {err['ours']:.1f}"
+        )
+        if "official_bf16" in err:
+            line += (
+                f"; the official decoder in bf16 (weights and activations, as its GPU examples "
+                f"load it) {err['official_bf16']:.1f}"
+            )
+        lines.append(line)
     w = result["weights"]
     lines.append(
         f"Weights a one-frame push reads: {w['total_mb']:.0f} MB, {w['low_rate_mb']:.0f} MB of "

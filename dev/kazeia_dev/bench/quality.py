@@ -29,6 +29,7 @@ from .common import (
     machine_info,
     machine_line,
     print_result,
+    snr_db,
 )
 from .generate import prompt_ids
 
@@ -236,7 +237,7 @@ def bench_quality(args: argparse.Namespace) -> int:
         "frames": int(len(codes)),
         "rel_rms": float(np.sqrt(np.mean(err**2)) / np.sqrt(np.mean(ref**2))),
         "max_abs": float(np.abs(err).max()),
-        "snr_db": float(10 * np.log10(np.mean(ref**2) / np.mean(err**2))),
+        "snr_db": snr_db(ref, f16),
     }
     result = {
         "bench": "quality",

@@ -4,14 +4,15 @@ Run with the reference interpreter (``build/reference-venv/bin/python``, see
 ``script/make-reference --setup``), not with the project's environment::
 
     python dev/kazeia_dev/reference/official_decoder.py SPEECH_TOKENIZER_DIR CODES.npy \
-        [--threads N] [--repeats R] [--warmup-frames W] [--out WAV.npy]
+        [--threads N] [--repeats R] [--warmup-frames W] [--dtype f32|bf16] [--out WAV.npy]
 
-Loads ``Qwen3TTSTokenizerV2Model`` from qwen-tts in fp32 (the whole speech tokenizer, encoder
-included, as the official loader does), then decodes ``CODES.npy`` (int ``[T, 16]``, time-major)
-with ONE forward of ``model.decoder`` on ``[1, 16, T]`` under ``torch.inference_mode()`` (what
-the official ``decode()`` does for T <= 300 frames, without its chunking). A decode of the first
-``W`` frames warms up first. Prints one JSON object on the last line of stdout: load seconds,
-every timed decode, their median, RSS before/after loading and the peak RSS (VmHWM) in MB.
+Loads ``Qwen3TTSTokenizerV2Model`` from qwen-tts in fp32 or, with ``--dtype bf16``, in bf16
+(the whole speech tokenizer, encoder included, as the official loader does), then decodes
+``CODES.npy`` (int ``[T, 16]``, time-major) with ONE forward of ``model.decoder`` on ``[1, 16, T]``
+under ``torch.inference_mode()`` (what the official ``decode()`` does for T <= 300 frames,
+without its chunking). A decode of the first ``W`` frames warms up first. Prints one JSON
+object on the last line of stdout: load seconds, every timed decode, their median, RSS before/
+after loading and the peak RSS (VmHWM) in MB.
 
 Imports only the standard library, numpy, torch, transformers and qwen_tts: never the project.
 """
@@ -47,14 +48,16 @@ def status_mb(key: str) -> float:
     return 0.0
 
 
-def load_model(tokenizer_dir: Path) -> Any:
-    """The official speech tokenizer model in fp32, eval mode."""
+def load_model(tokenizer_dir: Path, dtype: str = "f32") -> Any:
+    """The official speech tokenizer model in fp32 (or bf16: weights and activations, as the
+    official loader makes it when its model is loaded with dtype=torch.bfloat16), eval mode."""
     import torch
     from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
         Qwen3TTSTokenizerV2Model,
     )
 
-    model = Qwen3TTSTokenizerV2Model.from_pretrained(str(tokenizer_dir), dtype=torch.float32)
+    torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    model = Qwen3TTSTokenizerV2Model.from_pretrained(str(tokenizer_dir), dtype=torch_dtype)
     model.eval()
     return model
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         torch.set_num_threads(args.threads)
         start = time.perf_counter()
-        model = load_model(args.tokenizer_dir)
+        model = load_model(args.tokenizer_dir, args.dtype)
         load_s = time.perf_counter() - start
     rss_load = status_mb("VmRSS")
 
@@ -95,6 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "frames": int(codes.shape[0]),
         "threads": int(torch.get_num_threads()),
+        "dtype": args.dtype,
         "load_s": load_s,
         "times_s": times,
         "median_s": statistics.median(times),
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="official_decoder.py",
-        description="Time the official PyTorch speech decoder (fp32) on int codes [T, 16].",
+        description="Time the official PyTorch speech decoder (fp32 or bf16) on int codes [T, 16].",
     )
     parser.add_argument("tokenizer_dir", type=Path, help="checkpoint's speech_tokenizer/ folder")
     parser.add_argument("codes", type=Path, help=".npy of int codes [T, 16] (time-major)")
@@ -118,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed decodes (default 3)")
     parser.add_argument(
         "--warmup-frames", type=int, default=4, help="frames of the warm-up decode (default 4)"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("f32", "bf16"),
+        default="f32",
+        help="the model's weights and activations (default f32; bf16 as the official examples "
+        "load the model on a GPU)",
     )
     parser.add_argument("--out", type=Path, help="write the waveform of the last decode (.npy)")
     args = parser.parse_args(argv)
