@@ -462,6 +462,7 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         len(service.voices.voices),
     )
     devices = service.engine.devices
+    decoder_on_cpu = s.decoder_subprocess or devices["decoder"] == "cpu"
     _LOGGER.info(
         "placement: talker %s, code predictor %s, decoder %s%s",
         describe_placement(devices["talker"]),
@@ -470,7 +471,7 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         if s.decoder_subprocess
         else describe_placement(devices["decoder"]),
         f" in bf16 ({decoder_bf16_isa()})"
-        if s.decoder_precision == "bf16" and (s.decoder_subprocess or devices["decoder"] == "cpu")
+        if s.decoder_precision == "bf16" and decoder_on_cpu
         else "",
     )
     _LOGGER.info(
@@ -480,6 +481,11 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         " ".join(ggml_cpu_features()) or "unknown",
         KERNEL_ISA,
     )
+    if decoder_on_cpu and s.decoder_precision == "f32" and decoder_bf16_isa() == "AMX":
+        _LOGGER.info(
+            "this CPU has AMX: decoder_precision bf16 would run the speech decoder about 2.5x "
+            "faster, at bf16's rounding (docs/hardware.md, 'bf16 decoder')"
+        )
 
 
 def _cpu_name() -> str:
