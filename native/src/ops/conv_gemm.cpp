@@ -99,25 +99,41 @@ inline void add_panel(float *__restrict y, const float *__restrict s) {
     for (int64_t i = 0; i < CONV_PANEL; ++i) y[i] += s[i];
 }
 
+// A conv_gemm node's operands: x [in, len + context], the packed weight, y [out, len], bias
+// and residual or null.
+struct ConvOperands {
+    explicit ConvOperands(ggml_tensor *dst)
+        : x(dst->src[0]), w(dst->src[1]), in(x->ne[0]), out(dst->ne[0]), len(dst->ne[1]),
+          xd(static_cast<const float *>(x->data)),
+          bd(dst->src[2] ? static_cast<const float *>(dst->src[2]->data) : nullptr),
+          rd(dst->src[3] ? static_cast<const float *>(dst->src[3]->data) : nullptr),
+          yd(static_cast<float *>(dst->data)) {}
+    const ggml_tensor *x, *w;
+    int64_t in, out, len;
+    const float *xd, *bd, *rd;
+    float *yd;
+};
+
+// A task is one block of NC output columns times a range of `units` (panels of output
+// channels, or pairs of them): how many tasks share a block. Short inputs (a streamed frame is
+// 1-4 columns before the vocoder) have one column block: their output channels are split
+// instead, so that every thread streams a share of the weights.
+int64_t channel_split(int64_t n_blocks, int64_t units, const ConvGemmParams *p, int nth) {
+    const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
+    return std::max<int64_t>(1, std::min<int64_t>(units, (want + n_blocks - 1) / n_blocks));
+}
+
 template <typename T>
 void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
-    const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
-    const int64_t in = x->ne[0], out = dst->ne[0], len = dst->ne[1];
-    const int64_t K = w->ne[0], kc = k_block(in);
+    const ConvOperands o(dst);
+    const int64_t in = o.in, out = o.out, len = o.len, K = o.w->ne[0], kc = k_block(in);
     const size_t tap_stride = (size_t)(p->dilation * in);
-    const auto *xd = static_cast<const float *>(x->data);
-    const auto *wd = static_cast<const T *>(w->data);
-    const float *bd = bias ? static_cast<const float *>(bias->data) : nullptr;
-    const float *rd = res ? static_cast<const float *>(res->data) : nullptr;
-    auto *yd = static_cast<float *>(dst->data);
+    const float *xd = o.xd, *bd = o.bd, *rd = o.rd;
+    const auto *wd = static_cast<const T *>(o.w->data);
+    float *yd = o.yd;
 
-    // A task is one block of NC output columns times a range of output panels. Short inputs
-    // (a streamed frame is 1-4 columns before the vocoder) have one column block: their output
-    // channels are split instead, so that every thread streams a share of the weights.
     const int64_t n_blocks = (len + NC - 1) / NC, n_panels = out / CONV_PANEL;
-    const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
-    const int64_t m_split =
-        std::max<int64_t>(1, std::min<int64_t>(n_panels, (want + n_blocks - 1) / n_blocks));
+    const int64_t m_split = channel_split(n_blocks, n_panels, p, nth);
     // With AVX-512 the kernel takes CONV_MAX_PANELS panels at a time (a task's last ones may be
     // fewer).
     const int64_t step = use_avx512() ? CONV_MAX_PANELS : 1;
@@ -201,23 +217,19 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
 // frame gets the bits of a full decode.
 void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
 #if KAZEIA_AVX2
-    const ggml_tensor *x = dst->src[0], *w = dst->src[1], *bias = dst->src[2], *res = dst->src[3];
-    const int64_t in = x->ne[0], out = dst->ne[0], len = dst->ne[1], x_cols = x->ne[1];
-    const int64_t k_tiles = w->ne[0] / AMX_K, group_stride = k_tiles * AMX_TILE * AMX_K;
+    const ConvOperands o(dst);
+    const int64_t in = o.in, out = o.out, len = o.len, x_cols = o.x->ne[1];
+    const int64_t k_tiles = o.w->ne[0] / AMX_K, group_stride = k_tiles * AMX_TILE * AMX_K;
     const int64_t context = (p->taps - 1) * p->dilation;
-    const auto *xd = static_cast<const float *>(x->data);
-    const auto *wd = static_cast<const uint16_t *>(w->data);
-    const float *bd = bias ? static_cast<const float *>(bias->data) : nullptr;
-    const float *rd = res ? static_cast<const float *>(res->data) : nullptr;
-    auto *yd = static_cast<float *>(dst->data);
+    const float *xd = o.xd, *bd = o.bd, *rd = o.rd;
+    const auto *wd = static_cast<const uint16_t *>(o.w->data);
+    float *yd = o.yd;
 
     static_assert(AMX_TILE == CONV_PANEL, "conv_gemm's weights are whole tiles of channels");
     static_assert(NC % (AMX_MAX_TILES * AMX_TILE) == 0, "a column block is whole kernel calls");
     const int64_t n_blocks = (len + NC - 1) / NC, n_groups = out / AMX_TILE;
     const int64_t n_pairs = (n_groups + 1) / 2;
-    const int64_t want = (int64_t)(p->pool ? 4 * p->pool->n_threads() : 4 * nth);
-    const int64_t m_split =
-        std::max<int64_t>(1, std::min<int64_t>(n_pairs, (want + n_blocks - 1) / n_blocks));
+    const int64_t m_split = channel_split(n_blocks, n_pairs, p, nth);
     const int64_t groups_per = 2 * ((n_pairs + m_split - 1) / m_split);
     // Rows of the input in bf16 from row r0 (r0 + n <= the rows of whole A tiles that cover
     // the output plus the taps' context); rows past the input are zeros (they only feed
