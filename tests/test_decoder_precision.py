@@ -40,6 +40,36 @@ def test_bf16_runs_on_amx_where_the_cpu_has_it() -> None:
     assert native.decoder_bf16_isa() == bf16_path()
 
 
+# Run in a fresh process: whether Linux granted this process the AMX tile registers, after the
+# module's import and cpu_has_amx_bf16(), then after decoder_bf16_isa().
+TILE_PERMISSION = """
+import ctypes
+import sys
+import numpy as np
+from wyoming_kazeia import native
+libc = ctypes.CDLL(None, use_errno=True)
+def granted():
+    bits = ctypes.c_uint64(0)
+    libc.syscall(158, 0x1022, ctypes.byref(bits))  # arch_prctl(ARCH_GET_XCOMP_PERM)
+    return bool(bits.value & (1 << 18))  # XFEATURE_XTILEDATA
+has = native.cpu_has_amx_bf16()
+before = granted()
+isa = native.decoder_bf16_isa()
+np.savez(sys.argv[1], has=has, before=before, after=granted(), isa=isa)
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="AMX is x86-64's")
+def test_only_naming_or_packing_the_amx_path_asks_linux_for_the_tiles(tmp_path: Path) -> None:
+    """A process with the tile registers needs larger signal frames: an f32 process (the
+    service's start log included, which asks cpu_has_amx_bf16) never asks for them; naming the
+    bf16 path asks, as packing bf16 weights does."""
+    got = run_fresh(TILE_PERMISSION, tmp_path / "perm.npz", [], {})
+    assert bool(got["has"]) == (bf16_path() == "AMX")
+    assert not got["before"]
+    assert bool(got["after"]) == (str(got["isa"]) == "AMX")
+
+
 # (out, in, taps, dilation, output columns): inputs of whole AMX K tiles (in % 32 == 0) and not,
 # a streamed frame's 1-5 columns and wide inputs, dilated taps.
 CONV_SHAPES = [

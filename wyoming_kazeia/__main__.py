@@ -39,6 +39,7 @@ from .models import DEFAULT_MODEL, add_data_dir_argument, resolve_model, summari
 from .mqtt import MqttBridge, MqttConfig, add_mqtt_arguments
 from .native import (
     KERNEL_ISA,
+    cpu_has_amx_bf16,
     decoder_bf16_isa,
     describe_placement,
     ggml_cpu_features,
@@ -481,9 +482,10 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         " ".join(ggml_cpu_features()) or "unknown",
         KERNEL_ISA,
     )
-    if decoder_on_cpu and s.decoder_precision == "f32" and decoder_bf16_isa() == "AMX":
+    # cpu_has_amx_bf16, not decoder_bf16_isa: an f32 process never asks Linux for the tiles.
+    if decoder_on_cpu and s.decoder_precision == "f32" and cpu_has_amx_bf16():
         _LOGGER.info(
-            "this CPU has AMX: decoder_precision bf16 would run the speech decoder about 2.5x "
+            "this CPU has AMX: decoder_precision bf16 would run the speech decoder about 3x "
             "faster, at bf16's rounding (docs/hardware.md, 'bf16 decoder')"
         )
 

@@ -313,6 +313,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
         },
         "rows": rows,
         "official": official,
+        "official_bf16": {k: v for k, v in official_bf16.items() if k in ("status", "detail")},
         "max_abs_diff": diffs,
         "error_db": error_db,
         "weights": weights,
@@ -355,7 +356,7 @@ def _run_official(
         env,
     )
     if result["status"] == "ok":
-        logger.info("official: median %.3f s", result["median_s"])
+        logger.info("official (%s): median %.3f s", dtype, result["median_s"])
     return result
 
 
@@ -428,6 +429,9 @@ def decoder_table(result: dict[str, Any]) -> str:
                 f"load it) {err['official_bf16']:.1f}"
             )
         lines.append(line)
+    off_bf16 = result.get("official_bf16", {})
+    if off_bf16 and off_bf16.get("status") != "ok":
+        lines.append(f"official bf16: {off_bf16['status']}: {off_bf16.get('detail', '')}")
     w = result["weights"]
     lines.append(
         f"Weights a one-frame push reads: {w['total_mb']:.0f} MB, {w['low_rate_mb']:.0f} MB of "

@@ -100,6 +100,10 @@ const char *kernel_isa();
 // loops (start banners).
 const char *decoder_bf16_isa();
 
+// Whether this CPU has the AMX-BF16 tiles DecoderPrecision::BF16's products would run on,
+// without asking the system for them as decoder_bf16_isa() does (an f32 process never asks).
+bool cpu_has_amx_bf16();
+
 // Largest number of frames one graph evaluates; longer pushes are split (memory bound).
 inline constexpr int64_t DECODER_MAX_CHUNK_FRAMES = 16;
 // On a GPU every graph evaluates exactly this many frames, a longer push split and a shorter

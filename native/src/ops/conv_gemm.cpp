@@ -248,9 +248,11 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
         const int64_t ib = task / m_split, ms = task % m_split;
         const int64_t nb = ib * NC, cols = std::min(len, nb + NC) - nb;
         const int64_t g_begin = ms * groups_per, g_end = std::min(n_groups, g_begin + groups_per);
-        const ggml_bf16_t *a = converted + nb * in;
+        const ggml_bf16_t *a;
         thread_local std::vector<ggml_bf16_t> own;
-        if (!converted) {
+        if (converted) {
+            a = converted + nb * in;
+        } else {
             const int64_t rows = (cols + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
             own.resize(rows * in);
             convert(nb, rows, own.data());

@@ -70,6 +70,20 @@ inline bool use_avx512() {
     return yes;
 }
 
+// Whether this CPU has the AMX-BF16 tiles the decoder's bf16 products would run on, unless
+// KAZEIA_KERNELS is set to avx512, avx2 or portable; asks nothing of the system (use_amx does).
+inline bool amx_on_cpu() {
+    static const bool yes = [] {
+        const char *forced = std::getenv("KAZEIA_KERNELS");
+        if (forced && (std::strcmp(forced, "portable") == 0 || std::strcmp(forced, "avx2") == 0 ||
+                       std::strcmp(forced, "avx512") == 0))
+            return false;
+        return use_avx512() && __builtin_cpu_supports("amx-bf16") &&
+               __builtin_cpu_supports("amx-tile");
+    }();
+    return yes;
+}
+
 // Whether the decoder's bf16 products (DecoderPrecision::BF16) run on AMX tiles: the CPU has
 // AMX-BF16 and Linux lets this process use the tile registers. A process asks once, before its
 // first tile instruction (without the permission that instruction is a SIGILL), and only when
@@ -78,13 +92,7 @@ inline bool use_avx512() {
 // avx512, avx2 or portable, the vector or portable loops multiply the same bf16 values.
 inline bool use_amx() {
     static const bool yes = [] {
-        const char *forced = std::getenv("KAZEIA_KERNELS");
-        if (forced && (std::strcmp(forced, "portable") == 0 || std::strcmp(forced, "avx2") == 0 ||
-                       std::strcmp(forced, "avx512") == 0))
-            return false;
-        if (!use_avx512() || !__builtin_cpu_supports("amx-bf16") ||
-            !__builtin_cpu_supports("amx-tile"))
-            return false;
+        if (!amx_on_cpu()) return false;
 #if defined(__linux__)
         constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
         return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
@@ -98,6 +106,7 @@ inline bool use_amx() {
 // No run-time choice elsewhere: the NEON paths on aarch64, the portable loops on the rest.
 constexpr bool use_avx2() { return false; }
 constexpr bool use_avx512() { return false; }
+constexpr bool amx_on_cpu() { return false; }
 constexpr bool use_amx() { return false; }
 #endif
 

@@ -24,6 +24,8 @@ const char *kernel_isa() {
     return isa.c_str();
 }
 
+bool cpu_has_amx_bf16() { return amx_on_cpu(); }
+
 const char *decoder_bf16_isa() {
     if (use_amx()) return "AMX";
     if (use_avx512()) return "AVX-512";
