@@ -101,11 +101,19 @@ np.savez(sys.argv[1], **out)
 """
 
 
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """The bf16 bits of float32 values: to nearest, ties to even; a NaN keeps its high half with
+    the quiet bit set."""
+    u = a.view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
+
+
 def bf16(a: np.ndarray) -> np.ndarray:
     """float32 values rounded to bf16 (to nearest, ties to even), as float64."""
-    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+    bits = bf16_bits(a.astype(np.float32)).astype(np.uint32) << 16
+    return bits.view(np.float32).astype(np.float64)
 
 
 def conv(w: np.ndarray, x: np.ndarray, taps: int, dilation: int) -> np.ndarray:
@@ -153,15 +161,6 @@ from wyoming_kazeia._native import testing
 x = np.load(sys.argv[2])
 np.savez(sys.argv[1], bits=testing.to_bf16(x))
 """
-
-
-def bf16_bits(a: np.ndarray) -> np.ndarray:
-    """The bf16 bits of float32 values: to nearest, ties to even; a NaN keeps its high half with
-    the quiet bit set."""
-    u = a.view(np.uint32).astype(np.uint64)
-    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
-    return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
 
 
 @pytest.mark.parametrize("forced", ["", "avx2", "portable"])

@@ -231,9 +231,13 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     const int64_t n_pairs = (n_groups + 1) / 2;
     const int64_t m_split = channel_split(n_blocks, n_pairs, p, nth);
     const int64_t groups_per = 2 * ((n_pairs + m_split - 1) / m_split);
-    // Rows of the input in bf16 from row r0 (r0 + n <= the rows of whole A tiles that cover
-    // the output plus the taps' context); rows past the input are zeros (they only feed
-    // outputs that are not stored).
+    // The input rows the kernel reads for `cols` output columns: whole A tiles, plus the taps'
+    // context.
+    auto tile_rows = [&](int64_t cols) {
+        return (cols + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
+    };
+    // Rows of the input in bf16 from row r0 (r0 + n <= tile_rows of the output); rows past the
+    // input are zeros (they only feed outputs that are not stored).
     auto convert = [&](int64_t r0, int64_t n, ggml_bf16_t *a) {
         const int64_t have = std::max<int64_t>(0, std::min(n, x_cols - r0)) * in;
         to_bf16(xd + r0 * in, a, have);
@@ -253,7 +257,7 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
         if (converted) {
             a = converted + nb * in;
         } else {
-            const int64_t rows = (cols + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
+            const int64_t rows = tile_rows(cols);
             own.resize(rows * in);
             convert(nb, rows, own.data());
             a = own.data();
@@ -282,7 +286,7 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     };
     if (shared) {
         if (ith != 0) return;
-        const int64_t rows = (len + AMX_TILE - 1) / AMX_TILE * AMX_TILE + context;
+        const int64_t rows = tile_rows(len);
         const int64_t per = std::max<int64_t>(1, (rows + p->pool->n_threads() - 1) /
                                                      p->pool->n_threads());
         whole.resize(rows * in);
