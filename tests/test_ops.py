@@ -1,5 +1,6 @@
 """The custom kernels against numpy (float64): the sin^2 of SnakeBeta (its 8-lane and one-by-one
-paths), the windowed attention, and the portable loops a CPU without AVX2 runs."""
+paths), the windowed attention, the residual convs in Winograd's form, and the portable loops a
+CPU without AVX2 runs."""
 
 from __future__ import annotations
 
@@ -108,13 +109,72 @@ def test_window_attention_rejects_bad_shapes() -> None:
         testing.window_attention(q, kv, kv, np.zeros((2, 3), np.float32), 3, 1.0)
 
 
+def conv_numpy(w: np.ndarray, x: np.ndarray, taps: int, dilation: int) -> np.ndarray:
+    """y[t] = sum_j W_j x[t + j * dilation] in float64 (w [out, taps * in], x [cols, in])."""
+    n_in = x.shape[1]
+    length = x.shape[0] - (taps - 1) * dilation
+    y = np.zeros((length, w.shape[0]))
+    for j in range(taps):
+        tap = w[:, j * n_in : (j + 1) * n_in].astype(np.float64)
+        y += x[j * dilation : j * dilation + length].astype(np.float64) @ tap.T
+    return y
+
+
+# (in, out, taps, dilation, period, frames): the vocoder's residual convs (7 taps, dilations 1,
+# 3 and 9, frames of 32 and 160 columns, where a dilation's pairs leave columns over at the end
+# of a frame), fewer taps, and the narrowest frame a dilation allows (2 * dilation columns).
+WINOGRAD_SHAPES = [
+    (32, 48, 7, 1, 8, 3),
+    (64, 32, 7, 3, 32, 2),
+    (96, 96, 7, 9, 32, 4),
+    (48, 16, 7, 9, 160, 1),
+    (40, 32, 3, 2, 5, 4),
+    (16, 16, 2, 1, 2, 3),
+    (24, 32, 5, 4, 8, 3),
+]
+
+
+@pytest.mark.parametrize(("n_in", "out", "taps", "dilation", "period", "frames"), WINOGRAD_SHAPES)
+def test_winograd_conv_matches_numpy_and_frames_pushed_alone(
+    n_in: int, out: int, taps: int, dilation: int, period: int, frames: int
+) -> None:
+    """The residual units' convs in Winograd's form F(2, taps): within 2e-5 of numpy (float64)
+    on outputs of unit variance (measured up to 8.4e-6; the direct GEMM's error is 1.5e-6: the
+    transforms round a few times more), and each frame computed alone, with its left context,
+    gives the same bits as all frames at once (a streamed push holds whole frames)."""
+    rng = np.random.default_rng(n_in * taps + dilation)
+    w = (rng.standard_normal((out, taps * n_in)) / np.sqrt(taps * n_in)).astype(np.float32)
+    context = (taps - 1) * dilation
+    x = rng.standard_normal((frames * period + context, n_in)).astype(np.float32)
+    whole = testing.conv_gemm(w, x, taps, dilation, "f32", 2, period)
+    assert whole.shape == (frames * period, out)
+    assert np.abs(whole - conv_numpy(w, x, taps, dilation)).max() < 2e-5
+    alone = [
+        testing.conv_gemm(
+            w, x[f * period : (f + 1) * period + context], taps, dilation, "f32", 2, period
+        )
+        for f in range(frames)
+    ]
+    assert np.array_equal(np.concatenate(alone), whole)
+
+
+def test_winograd_conv_rejects_frames_its_tiles_do_not_fit() -> None:
+    w = np.zeros((16, 7 * 16), np.float32)
+    x = np.zeros((40 + 18, 16), np.float32)
+    for period in (5, 3):  # 40 columns are not whole frames of 3; 5 < 2 * dilation
+        with pytest.raises(ValueError, match="Winograd"):
+            testing.conv_gemm(w, x, 7, 3, "f32", 2, period)
+
+
 def test_the_portable_kernels_run_where_avx2_is_missing(
     decoder_gguf: dict[str, Path], tmp_path: Path
 ) -> None:
     """The kernels' run-time choice: forced to the portable loops (what an x86-64 CPU without
     AVX2 runs), sin^2 stays within a few ulp (6e-7: no fused multiply-adds), the decoder within
-    1e-4 of the official forward and 3e-5 of the AVX2 path (measured 1.3e-5 on the tiny model,
-    4.3e-6 on the full-size 0.6B decoder), and streaming still equals the full decode exactly."""
+    1e-4 of the official forward and 6e-5 of the AVX2 path (measured 3.7e-5 on the tiny model:
+    the residual convs' Winograd transforms round differently with and without fused
+    multiply-adds; 1.3e-5 with those convs computed directly), and streaming still equals the
+    full decode exactly."""
     codes = ref_codes("tiny-0.6b", "dec_codes")[:40]
     got = decode_with_kernels("portable", decoder_gguf["tiny-0.6b"], codes, tmp_path)
     assert str(got["isa"]).startswith("portable")
@@ -123,7 +183,7 @@ def test_the_portable_kernels_run_where_avx2_is_missing(
     assert np.abs(got["full"] - ref_array("tiny-0.6b", "dec_wav_prefix40").ravel()).max() < 1e-4
     assert np.array_equal(got["streamed"], got["full"])
     vector = SpeechDecoder(str(decoder_gguf["tiny-0.6b"]), threads=2).decode(codes)
-    assert np.abs(got["full"] - vector).max() < 3e-5
+    assert np.abs(got["full"] - vector).max() < 6e-5
 
 
 @pytest.mark.parametrize("weights", ["f32", "f16"])

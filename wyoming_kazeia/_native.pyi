@@ -237,6 +237,7 @@ class _Testing:
         dilation: int = 1,
         precision: str = "f32",
         threads: int = 2,
+        period: int = 0,
     ) -> npt.NDArray[np.float32]: ...
     def q8_matmul(
         self,

@@ -290,7 +290,8 @@ double fma_peak(int threads) {
 // ...), x [len + (taps - 1) * dilation, in] (left context first), packed and computed as the
 // decoder does.
 py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64_t taps,
-                                 int64_t dilation, const std::string &precision, int threads) {
+                                 int64_t dilation, const std::string &precision, int threads,
+                                 int64_t period) {
     if (w.ndim() != 2 || x.ndim() != 2 || taps < 1 || dilation < 1 || threads < 1 ||
         w.shape(1) != taps * x.shape(1) || w.shape(0) % CONV_PANEL ||
         x.shape(0) <= (taps - 1) * dilation)
@@ -298,7 +299,10 @@ py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64
                          "with cols > (taps - 1) * dilation, threads >= 1");
     const int64_t out = w.shape(0), K = w.shape(1), in = x.shape(1), cols = x.shape(0);
     const int64_t len = cols - (taps - 1) * dilation;
-    const size_t bytes = (w.size() + x.size() + out * len) * sizeof(float);
+    if (period && (!winograd_fits(taps, dilation, period) || len % period))
+        throw InputError("conv_gemm: a period that Winograd's tiles do not fit");
+    const size_t bytes =
+        (w.size() + x.size() + out * len + (period ? in * out * (taps + 1) : 0)) * sizeof(float);
     ggml_init_params params = {bytes + 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr,
                                false};
     GgmlContextPtr ctx(ggml_init(params));
@@ -306,10 +310,17 @@ py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64
     ggml_tensor *xt = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, in, cols);
     std::memcpy(wt->data, w.data(), ggml_nbytes(wt));
     std::memcpy(xt->data, x.data(), ggml_nbytes(xt));
-    pack_conv_weight(wt, taps, decoder_precision(precision));
     WorkerPool pool(threads);
-    const ConvGemmParams p{taps, dilation, &pool};
-    ggml_tensor *y = conv_gemm(ctx.get(), xt, wt, nullptr, nullptr, &p);
+    const ConvGemmParams p{taps, dilation, &pool, period};
+    ggml_tensor *y;
+    if (period) {
+        ggml_tensor *u = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, in, out, taps + 1);
+        pack_winograd_weight(wt, taps, u);
+        y = conv_winograd(ctx.get(), xt, u, nullptr, nullptr, &p);
+    } else {
+        pack_conv_weight(wt, taps, decoder_precision(precision));
+        y = conv_gemm(ctx.get(), xt, wt, nullptr, nullptr, &p);
+    }
     ggml_cgraph *gf = ggml_new_graph(ctx.get());
     ggml_build_forward_expand(gf, y);
     if (cpu_backend().graph_compute_with_ctx(ctx.get(), gf, 1) != GGML_STATUS_SUCCESS)
@@ -377,8 +388,10 @@ void def_testing(py::module_ &m) {
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
     m.def("conv_gemm", &run_conv_gemm, py::arg("w"), py::arg("x"), py::arg("taps") = 1,
           py::arg("dilation") = 1, py::arg("precision") = "f32", py::arg("threads") = 2,
+          py::arg("period") = 0,
           "The decoder's conv GEMM: w [out, taps * in], x [len + (taps - 1) * dilation, in] -> "
-          "y [len, out], y[t] = sum_j W_j x[t + j * dilation], in `precision` (f32 or bf16).");
+          "y [len, out], y[t] = sum_j W_j x[t + j * dilation], in `precision` (f32 or bf16); "
+          "with a period (output columns per frame), in Winograd's form (f32).");
     m.def(
         "to_bf16",
         [](py::array_t<float, py::array::c_style | py::array::forcecast> x) {

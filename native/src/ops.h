@@ -50,9 +50,22 @@ struct ConvGemmParams {
     int64_t taps = 1;
     int64_t dilation = 1;
     WorkerPool *pool = nullptr;  // where the op runs its tasks; null: split by ggml's threads
+    int64_t period = 0;          // conv_winograd: output columns per frame
 };
 ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, ggml_tensor *bias,
                        ggml_tensor *residual, const ConvGemmParams *params);
+
+// The same conv in Winograd's form F(2, taps): each pair of outputs a dilation apart costs
+// taps + 1 products per input channel instead of 2 * taps, in f32, at the price of rounding in
+// two small transforms (errors a few times conv_gemm's; a 7-tap conv then does 0.57x its
+// multiply-adds). Tiles are laid out within each frame of `period` output columns, so the
+// output of a push does not depend on how its frames were split into pushes. u is the weight
+// [in, out, taps + 1] that pack_winograd_weight writes from the unpacked weight of conv_gemm.
+bool winograd_fits(int64_t taps, int64_t dilation, int64_t period);
+void pack_winograd_weight(const ggml_tensor *w, int64_t taps, ggml_tensor *u);
+ggml_tensor *conv_winograd(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *u,
+                           ggml_tensor *bias, ggml_tensor *residual,
+                           const ConvGemmParams *params);
 
 }  // namespace kazeia
 

@@ -177,6 +177,12 @@ class GraphBuilder {
         const int64_t len = x->ne[1];
         ggml_tensor *full = x;
         if (state) full = with_history(x, state);
+        // Winograd's tiles lie within frames: a push holds n_ whole frames of len / n_ columns.
+        const int64_t period = len / n_;
+        if (c.winograd && len % n_ == 0 && winograd_fits(c.k, dilation, period)) {
+            params_.push_back(ConvGemmParams{c.k, dilation, &s_.pool, period});
+            return conv_winograd(ctx_, full, c.winograd, c.b, residual, &params_.back());
+        }
         if (c.packed) {
             params_.push_back(ConvGemmParams{c.k, dilation, &s_.pool});
             return conv_gemm(ctx_, full, c.w, c.b, residual, &params_.back());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gguf_weights.h"
+#include "ggml_raii.h"
 #include "kazeia/speech_decoder.h"
 
 #include "ggml.h"
@@ -23,6 +24,7 @@ struct Conv {
     ggml_tensor *b = nullptr;  // [out] or null
     int64_t k = 1, in = 0, out = 0;
     bool packed = false;       // w rewritten for conv_gemm (see ops.h)
+    ggml_tensor *winograd = nullptr;  // the taps in conv_winograd's form (ops.h), or null
 };
 
 struct Snake {
@@ -76,12 +78,17 @@ struct SpeechDecoder::Model {
     Snake snake_out;
 
     DecoderPrecision precision;  // of the packed weights (F32 on a GPU, which has none)
+    // The residual units' first convs in Winograd's form (f32 on the CPU): extra memory for
+    // fewer multiply-adds.
+    GgmlContextPtr winograd_ctx;
+    BufferPtr winograd_buffer;
 
     Model(const std::string &path, int threads, const std::string &device_id,
           DecoderPrecision precision);
 
   private:
     void pack_weights();
+    void add_winograd_weights();
     void bind_tensors();
 };
 

@@ -49,6 +49,14 @@ KAZEIA_AVX512_FN void panels_kernel_avx512(int64_t np, int64_t cols, const ggml_
 // n floats rounded to bf16 with the bits of ggml's portable conversion (to nearest, ties to
 // even; NaNs quiet).
 KAZEIA_AVX2_FN void to_bf16_avx2(const float *x, ggml_bf16_t *y, int64_t n);
+// Winograd's transforms (x86/conv_gemm.cpp): y[r * y_stride + k] = the sum of row r's products
+// with x[idx * x_stride + k], for r < n_rows and k < len; each element the same chain of
+// multiply-adds on both paths (the same bits).
+KAZEIA_AVX2_FN void combine_rows_avx2(const WinogradRow *rows, int64_t n_rows, const float *x,
+                                      int64_t x_stride, float *y, int64_t y_stride, int64_t len);
+KAZEIA_AVX512_FN void combine_rows_avx512(const WinogradRow *rows, int64_t n_rows, const float *x,
+                                          int64_t x_stride, float *y, int64_t y_stride,
+                                          int64_t len);
 // The bf16 products on AMX (x86/conv_gemm_amx.cpp): c[i][j] = the 16 x 16 sums over k_tiles
 // tiles of K of input columns 16i.. (row r of `a`, `in` bf16 values per row, a K tile of tap t
 // at t * tap_offset values further) times the weights of channel group j (B tiles of AMX_K
@@ -102,6 +110,8 @@ void tile_kernel_neon(int64_t cols, const ggml_fp16_t *a, const float *const b[C
 void tile_kernel_neon(int64_t cols, const ggml_bf16_t *a, const float *const b[CONV_NR],
                       int64_t kc, float acc[CONV_NR][CONV_PANEL]);
 void to_bf16_neon(const float *x, ggml_bf16_t *y, int64_t n);
+void combine_rows_neon(const WinogradRow *rows, int64_t n_rows, const float *x, int64_t x_stride,
+                       float *y, int64_t y_stride, int64_t len);
 void attention_row_neon(const AttentionRow &a, int64_t t);
 // The q8_0 GEMM's panel products on the dot-product instructions, where the CPU has them.
 KAZEIA_DOTPROD_FN void q8_panel_dotprod(int cols, const Q8Panel &p, const Q8Columns &x,

@@ -4,6 +4,8 @@
 #include "ops.h"
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -313,6 +315,230 @@ void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     else conv_gemm_run<float>(dst, ith, nth, p);
 }
 
+// Winograd's F(2, k): two outputs of a k-tap conv, y(t) and y(t + d) (d the dilation), from
+// the k + 1 inputs they read, as k + 1 products of transformed taps by transformed inputs
+// instead of 2k products: per output channel and tile, y = AT (U .* (BT x)), with U = G w the
+// taps transformed once when the weights are packed. The matrices come from evaluating and
+// interpolating polynomials at 0, +-1, +-2, +-1/2 and infinity (Toom-Cook), computed here in
+// double.
+constexpr double WINOGRAD_POINTS[] = {0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5};
+static_assert(std::size(WINOGRAD_POINTS) + 1 == WINOGRAD_MAX_N, "the point at infinity last");
+
+struct WinogradMatrices {
+    int64_t n = 0;                                     // taps + 1 values per tile
+    WinogradRow at[2];                                 // the two outputs from the products
+    WinogradRow bt[WINOGRAD_MAX_N];                    // transformed inputs from the inputs
+    double g[WINOGRAD_MAX_N][WINOGRAD_MAX_N - 1] = {}; // transformed taps from the taps
+};
+
+// A dense row of a transform as its nonzero coefficients.
+WinogradRow sparse_row(const double *row, int64_t n) {
+    WinogradRow r;
+    for (int64_t i = 0; i < n; ++i)
+        if (row[i] != 0.0) {
+            r.idx[r.n] = i;
+            r.c[r.n++] = (float)row[i];
+        }
+    GGML_ASSERT(r.n > 0);
+    return r;
+}
+
+// y[r * y_stride + k] = sum_t rows[r].c[t] * x[rows[r].idx[t] * x_stride + k], for r < n_rows
+// and k < len: Winograd's transforms of a tile's inputs (rows of channels) and outputs (rows of
+// a panel group's products).
+void combine_rows(const WinogradRow *rows, int64_t n_rows, const float *x, int64_t x_stride,
+                  float *y, int64_t y_stride, int64_t len) {
+#if KAZEIA_AVX2
+    if (use_avx512()) return x86::combine_rows_avx512(rows, n_rows, x, x_stride, y, y_stride, len);
+    if (use_avx2()) return x86::combine_rows_avx2(rows, n_rows, x, x_stride, y, y_stride, len);
+#elif KAZEIA_NEON
+    return arm::combine_rows_neon(rows, n_rows, x, x_stride, y, y_stride, len);
+#endif
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const WinogradRow &w = rows[r];
+        float *yr = y + r * y_stride;
+        const float *x0 = x + w.idx[0] * x_stride;
+        for (int64_t k = 0; k < len; ++k) yr[k] = w.c[0] * x0[k];
+        for (int64_t t = 1; t < w.n; ++t) {
+            const float *xt = x + w.idx[t] * x_stride;
+            for (int64_t k = 0; k < len; ++k) yr[k] += w.c[t] * xt[k];
+        }
+    }
+}
+
+WinogradMatrices winograd_matrices(int64_t taps) {
+    WinogradMatrices w;
+    const int64_t n = w.n = taps + 1;
+    // Row j of a Vandermonde matrix of `cols` columns: the powers of point j, or, for the point
+    // at infinity (the last row), the leading coefficient.
+    auto power = [&](int64_t j, int64_t col, int64_t cols) {
+        if (j == n - 1) return col == cols - 1 ? 1.0 : 0.0;
+        double v = 1.0;
+        for (int64_t i = 0; i < col; ++i) v *= WINOGRAD_POINTS[j];
+        return v;
+    };
+    double at[2][WINOGRAD_MAX_N] = {};
+    for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < 2; ++i) at[i][j] = power(j, i, 2);
+        for (int64_t k = 0; k < taps; ++k) w.g[j][k] = power(j, k, taps);
+    }
+    for (int64_t i = 0; i < 2; ++i) w.at[i] = sparse_row(at[i], n);
+    // bt = the transposed inverse of the n x n Vandermonde matrix (Gauss-Jordan, pivoting).
+    double a[WINOGRAD_MAX_N][2 * WINOGRAD_MAX_N] = {};
+    for (int64_t j = 0; j < n; ++j) {
+        for (int64_t c = 0; c < n; ++c) a[j][c] = power(j, c, n);
+        a[j][n + j] = 1.0;
+    }
+    for (int64_t c = 0; c < n; ++c) {
+        int64_t pivot = c;
+        for (int64_t r = c + 1; r < n; ++r)
+            if (std::fabs(a[r][c]) > std::fabs(a[pivot][c])) pivot = r;
+        std::swap(a[c], a[pivot]);
+        const double inv = 1.0 / a[c][c];
+        for (int64_t k = 0; k < 2 * n; ++k) a[c][k] *= inv;
+        for (int64_t r = 0; r < n; ++r) {
+            if (r == c || a[r][c] == 0.0) continue;
+            const double f = a[r][c];
+            for (int64_t k = 0; k < 2 * n; ++k) a[r][k] -= f * a[c][k];
+        }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+        double row[WINOGRAD_MAX_N];
+        for (int64_t i = 0; i < n; ++i) row[i] = a[i][n + j];
+        w.bt[j] = sparse_row(row, n);
+    }
+    return w;
+}
+
+// The tiles of one frame's `period` output columns (a streamed push holds whole frames, so a
+// tile never depends on how frames were pushed: a stream gets the bits of a full decode). Tile
+// i computes columns first and first + dilation of the frame; every tile stores its second
+// output, and its first where no other tile stores that column: columns whose block of
+// `dilation` columns is odd are second outputs of the block before; those of an even block
+// are first outputs where the frame holds their partner, else second outputs of a tile that
+// starts a dilation earlier.
+struct WinogradTile {
+    int64_t first;
+    bool store_first;
+};
+
+std::vector<WinogradTile> winograd_tiles(int64_t period, int64_t dilation) {
+    std::vector<WinogradTile> tiles;
+    for (int64_t q = 0; q < period; ++q) {
+        if ((q / dilation) % 2) continue;
+        if (q + dilation < period) tiles.push_back({q, true});
+        else tiles.push_back({q - dilation, false});
+    }
+    return tiles;
+}
+
+// A task is one block of NC tiles times a range of output panels, split as conv_gemm_run
+// splits its columns. It transforms its tiles' inputs, then for each group of panels computes
+// the n products of every tile (n GEMMs of K = in through the f32 kernels) and the outputs.
+void conv_winograd_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
+    const ConvOperands o(dst);
+    const int64_t in = o.in, out = o.out, len = o.len, d = p->dilation, kc = k_block(in);
+    const WinogradMatrices wm = winograd_matrices(p->taps);
+    const int64_t n = wm.n;
+    const std::vector<WinogradTile> frame = winograd_tiles(p->period, d);
+    const int64_t per_frame = (int64_t)frame.size(), n_tiles = len / p->period * per_frame;
+    const auto *ud = static_cast<const float *>(o.w->data);
+
+    const int64_t n_blocks = (n_tiles + NC - 1) / NC, n_panels = out / CONV_PANEL;
+    const int64_t m_split = channel_split(n_blocks, n_panels, p, nth);
+    const int64_t step = use_avx512() ? CONV_MAX_PANELS : 1, rows_per_step = step * CONV_PANEL;
+    const int64_t panels_per = (n_panels + m_split - 1) / m_split;
+    auto tile = [&](int64_t t) {
+        const WinogradTile &f = frame[t % per_frame];
+        return WinogradTile{t / per_frame * p->period + f.first, f.store_first};
+    };
+    // The transformed inputs of nt tiles from tile t0: input xi of tile t0 + j at
+    // v[(xi * v_tiles + j) * in], its channels in a row.
+    auto transform = [&](int64_t t0, int64_t nt, float *v, int64_t v_tiles) {
+        for (int64_t j = 0; j < nt; ++j)
+            combine_rows(wm.bt, n, o.xd + tile(t0 + j).first * in, d * in, v + j * in,
+                         v_tiles * in, in);
+    };
+    // Where a pool splits blocks (short inputs: a streamed push), all tiles are transformed
+    // once by the whole pool before the products (a worker reaches them through the pointer:
+    // its own thread_local would be another vector); otherwise each task transforms its own.
+    const bool shared = p->pool && m_split > 1;
+    thread_local std::vector<float> whole;
+    const float *transformed = nullptr;
+    auto block = [&](int64_t task) {
+        const int64_t ib = task / m_split, ms = task % m_split;
+        const int64_t t0 = ib * NC, nt = std::min(n_tiles, t0 + NC) - t0;
+        const int64_t m_begin = ms * panels_per * CONV_PANEL;
+        const int64_t m_end = std::min(out, m_begin + panels_per * CONV_PANEL);
+        // prod[xi][j][r]: product xi of tile j, row r of the panel group.
+        thread_local std::vector<float> own, prod;
+        prod.resize(n * nt * rows_per_step);
+        const float *v;
+        int64_t v_tiles;
+        if (transformed) {
+            v = transformed + t0 * in;
+            v_tiles = n_tiles;
+        } else {
+            own.resize(n * nt * in);
+            transform(t0, nt, own.data(), nt);
+            v = own.data();
+            v_tiles = nt;
+        }
+        float acc[CONV_MAX_PANELS][CONV_NR][CONV_PANEL];
+        for (int64_t m0 = m_begin; m0 < m_end; m0 += rows_per_step) {
+            const int64_t np = std::min(rows_per_step, m_end - m0) / CONV_PANEL;
+            for (int64_t xi = 0; xi < n; ++xi) {
+                const float *u = ud + xi * in * out + m0 * in;
+                float *pxi = prod.data() + xi * nt * rows_per_step;
+                for (int64_t k0 = 0; k0 < in; k0 += kc)
+                    for (int64_t j0 = 0; j0 < nt; j0 += CONV_NR) {
+                        const float *b[CONV_NR];
+                        for (int64_t j = 0; j < CONV_NR; ++j)
+                            b[j] = v + (xi * v_tiles + std::min(j0 + j, nt - 1)) * in + k0;
+                        const int64_t ncols = std::min(CONV_NR, nt - j0);
+                        panels_kernel(np, ncols, u + k0 * CONV_PANEL, CONV_PANEL * in, b, kc, acc);
+                        for (int64_t j = 0; j < ncols; ++j)
+                            for (int64_t q = 0; q < np; ++q) {
+                                float *pj = pxi + (j0 + j) * rows_per_step + q * CONV_PANEL;
+                                if (k0 == 0) std::memcpy(pj, acc[q][j], sizeof(acc[q][j]));
+                                else add_panel(pj, acc[q][j]);
+                            }
+                    }
+            }
+            for (int64_t j = 0; j < nt; ++j) {
+                const WinogradTile t = tile(t0 + j);
+                float s[2][CONV_MAX_PANELS * CONV_PANEL];
+                combine_rows(wm.at, 2, prod.data() + j * rows_per_step, nt * rows_per_step, s[0],
+                             CONV_MAX_PANELS * CONV_PANEL, np * CONV_PANEL);
+                for (int64_t i = t.store_first ? 0 : 1; i < 2; ++i) {
+                    const int64_t col = t.first + i * d;
+                    for (int64_t q = 0; q < np; ++q) {
+                        const int64_t m = m0 + q * CONV_PANEL;
+                        store_first(o.yd + col * out + m, s[i] + q * CONV_PANEL,
+                                    o.bd ? o.bd + m : nullptr,
+                                    o.rd ? o.rd + col * out + m : nullptr);
+                    }
+                }
+            }
+        }
+    };
+    if (shared) {
+        if (ith != 0) return;
+        const int64_t per = (n_tiles + p->pool->n_threads() - 1) / p->pool->n_threads();
+        whole.resize(n * n_tiles * in);
+        float *all = whole.data();
+        p->pool->run((n_tiles + per - 1) / per, [&](int64_t t) {
+            transform(t * per, std::min(per, n_tiles - t * per), all + t * per * in, n_tiles);
+        });
+        transformed = all;
+    }
+    run_tasks(p->pool, ith, nth, n_blocks * m_split, block);
+}
+
+void conv_winograd_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
+    conv_winograd_run(dst, ith, nth, static_cast<const ConvGemmParams *>(userdata));
+}
+
 template <typename T>
 void pack_panels(ggml_tensor *w) {
     const int64_t K = w->ne[0], M = w->ne[1];
@@ -382,6 +608,54 @@ void pack_conv_weight(ggml_tensor *w, int64_t taps, DecoderPrecision precision) 
     if (precision == DecoderPrecision::BF16) pack_bf16(w, amx_layout(w->ne[0] / taps));
     else if (w->type == GGML_TYPE_F16) pack_panels<ggml_fp16_t>(w);
     else pack_panels<float>(w);
+}
+
+bool winograd_fits(int64_t taps, int64_t dilation, int64_t period) {
+    return taps >= 2 && taps + 1 <= WINOGRAD_MAX_N && dilation >= 1 && period >= 2 * dilation;
+}
+
+void pack_winograd_weight(const ggml_tensor *w, int64_t taps, ggml_tensor *u) {
+    GGML_ASSERT(conv_gemm_supported(w) && taps >= 2 && taps + 1 <= WINOGRAD_MAX_N &&
+                w->ne[0] % taps == 0);
+    const int64_t in = w->ne[0] / taps, out = w->ne[1], n = taps + 1;
+    GGML_ASSERT(u->type == GGML_TYPE_F32 && ggml_is_contiguous(u) && u->ne[0] == in &&
+                u->ne[1] == out && u->ne[2] == n);
+    const WinogradMatrices wm = winograd_matrices(taps);
+    const bool f16 = w->type == GGML_TYPE_F16;
+    auto value = [&](int64_t m, int64_t k) {
+        return f16 ? (double)ggml_fp16_to_fp32(static_cast<const ggml_fp16_t *>(w->data)[m * taps * in + k])
+                   : (double)static_cast<const float *>(w->data)[m * taps * in + k];
+    };
+    auto *ud = static_cast<float *>(u->data);
+    for (int64_t m = 0; m < out; ++m)
+        for (int64_t c = 0; c < in; ++c)
+            for (int64_t xi = 0; xi < n; ++xi) {
+                double s = 0.0;
+                for (int64_t k = 0; k < taps; ++k) s += wm.g[xi][k] * value(m, k * in + c);
+                // U_xi [in, out] in panels, as pack_panels lays out a weight of K = in.
+                ud[xi * in * out + (m / CONV_PANEL) * CONV_PANEL * in + c * CONV_PANEL +
+                   m % CONV_PANEL] = (float)s;
+            }
+}
+
+ggml_tensor *conv_winograd(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *u,
+                           ggml_tensor *bias, ggml_tensor *residual,
+                           const ConvGemmParams *params) {
+    GGML_ASSERT(x_full->type == GGML_TYPE_F32 && ggml_is_contiguous(x_full));
+    GGML_ASSERT(u->type == GGML_TYPE_F32 && u->ne[2] == params->taps + 1);
+    const int64_t in = x_full->ne[0], out = u->ne[1];
+    GGML_ASSERT(u->ne[0] == in && out % CONV_PANEL == 0);
+    const int64_t len = x_full->ne[1] - (params->taps - 1) * params->dilation;
+    GGML_ASSERT(winograd_fits(params->taps, params->dilation, params->period) &&
+                len >= params->period && len % params->period == 0);
+    GGML_ASSERT(!bias || bias->ne[0] == out);
+    GGML_ASSERT(!residual || (residual->ne[0] == out && residual->ne[1] == len &&
+                              ggml_is_contiguous(residual)));
+    ggml_tensor *args[4] = {x_full, u, bias, residual};
+    const int n_args = residual ? 4 : (bias ? 3 : 2);
+    GGML_ASSERT(!residual || bias);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, out, len, 1, 1, args, n_args, conv_winograd_kernel,
+                          GGML_N_TASKS_MAX, const_cast<ConvGemmParams *>(params));
 }
 
 ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, ggml_tensor *bias,

@@ -70,6 +70,16 @@ inline constexpr int64_t CONV_PREFETCH_K = 16;
         default: return kernel<T, 6>(__VA_ARGS__);             \
     }
 
+// Winograd's transforms (conv_winograd, ops/conv_gemm.cpp) as sums of rows: output row r is
+// sum_t c[t] * x[idx[t]] over the row's nonzero coefficients, the first product and then the
+// others added in order (multiply-adds fused on the vector paths).
+inline constexpr int64_t WINOGRAD_MAX_N = 8;
+struct WinogradRow {
+    int64_t n = 0;
+    int64_t idx[WINOGRAD_MAX_N] = {};
+    float c[WINOGRAD_MAX_N] = {};
+};
+
 // What one (query, head) task of the attention op reads and writes: a key or value row of
 // head g at position c starts at g * head_stride + c * row_stride floats.
 struct AttentionRow {

@@ -6,6 +6,8 @@
 #if KAZEIA_NEON
 #include <arm_neon.h>
 
+#include <cmath>
+
 namespace kazeia::arm {
 
 namespace {
@@ -83,6 +85,28 @@ void to_bf16_neon(const float *x, ggml_bf16_t *y, int64_t n) {
         vst1_u16(reinterpret_cast<uint16_t *>(y + i), vmovn_u32(bits));
     }
     if (i < n) ggml_fp32_to_bf16_row_ref(x + i, y + i, n - i);
+}
+
+void combine_rows_neon(const WinogradRow *rows, int64_t n_rows, const float *x, int64_t x_stride,
+                       float *y, int64_t y_stride, int64_t len) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const WinogradRow &w = rows[r];
+        const float *xs[WINOGRAD_MAX_N];
+        for (int64_t t = 0; t < w.n; ++t) xs[t] = x + w.idx[t] * x_stride;
+        float *yr = y + r * y_stride;
+        int64_t k = 0;
+        for (; k + 4 <= len; k += 4) {
+            float32x4_t acc = vmulq_n_f32(vld1q_f32(xs[0] + k), w.c[0]);
+            for (int64_t t = 1; t < w.n; ++t)
+                acc = vfmaq_n_f32(acc, vld1q_f32(xs[t] + k), w.c[t]);
+            vst1q_f32(yr + k, acc);
+        }
+        for (; k < len; ++k) {
+            float acc = w.c[0] * xs[0][k];
+            for (int64_t t = 1; t < w.n; ++t) acc = std::fma(w.c[t], xs[t][k], acc);
+            yr[k] = acc;
+        }
+    }
 }
 
 }  // namespace kazeia::arm

@@ -6,6 +6,8 @@
 #if KAZEIA_AVX2
 #include <immintrin.h>
 
+#include <cmath>
+
 namespace kazeia::x86 {
 
 namespace {
@@ -195,6 +197,51 @@ KAZEIA_AVX2_FN void to_bf16_avx2(const float *x, ggml_bf16_t *y, int64_t n) {
                             _mm256_permute4x64_epi64(packed, 0xd8));
     }
     if (i < n) ggml_fp32_to_bf16_row_ref(x + i, y + i, n - i);
+}
+
+// Winograd's sums of rows from element k on, 8 lanes at a time, then one by one: every element
+// the same chain of one product and fused multiply-adds as on 16 lanes.
+KAZEIA_AVX2_FN inline void combine_tail(const WinogradRow &w, const float *const *xs, float *yr,
+                                        int64_t k, int64_t len) {
+    for (; k + 8 <= len; k += 8) {
+        __m256 acc = _mm256_mul_ps(_mm256_set1_ps(w.c[0]), _mm256_loadu_ps(xs[0] + k));
+        for (int64_t t = 1; t < w.n; ++t)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(w.c[t]), _mm256_loadu_ps(xs[t] + k), acc);
+        _mm256_storeu_ps(yr + k, acc);
+    }
+    for (; k < len; ++k) {
+        float acc = w.c[0] * xs[0][k];
+        for (int64_t t = 1; t < w.n; ++t) acc = std::fma(w.c[t], xs[t][k], acc);
+        yr[k] = acc;
+    }
+}
+
+KAZEIA_AVX2_FN void combine_rows_avx2(const WinogradRow *rows, int64_t n_rows, const float *x,
+                                      int64_t x_stride, float *y, int64_t y_stride, int64_t len) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float *xs[WINOGRAD_MAX_N];
+        for (int64_t t = 0; t < rows[r].n; ++t) xs[t] = x + rows[r].idx[t] * x_stride;
+        combine_tail(rows[r], xs, y + r * y_stride, 0, len);
+    }
+}
+
+KAZEIA_AVX512_FN void combine_rows_avx512(const WinogradRow *rows, int64_t n_rows, const float *x,
+                                          int64_t x_stride, float *y, int64_t y_stride,
+                                          int64_t len) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const WinogradRow &w = rows[r];
+        const float *xs[WINOGRAD_MAX_N];
+        for (int64_t t = 0; t < w.n; ++t) xs[t] = x + w.idx[t] * x_stride;
+        float *yr = y + r * y_stride;
+        int64_t k = 0;
+        for (; k + 16 <= len; k += 16) {
+            __m512 acc = _mm512_mul_ps(_mm512_set1_ps(w.c[0]), _mm512_loadu_ps(xs[0] + k));
+            for (int64_t t = 1; t < w.n; ++t)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(w.c[t]), _mm512_loadu_ps(xs[t] + k), acc);
+            _mm512_storeu_ps(yr + k, acc);
+        }
+        combine_tail(w, xs, yr, k, len);
+    }
 }
 
 }  // namespace kazeia::x86
