@@ -19,6 +19,7 @@ from kazeia_dev.bench.decoder import (
     decoder_gflop_per_frame,
     gguf_u32_list,
     streamed_weight_mb,
+    winograd_tiles_per_frame,
 )
 from kazeia_dev.bench.engine_figures import generator_gflop_per_frame
 from kazeia_dev.bench.engine_report import _player_lines
@@ -81,6 +82,21 @@ def test_flop_per_frame_counts_each_weight_per_row_or_column(
     flop = 1e9 * decoder_gflop_per_frame(decoder_gguf[model])
     assert flop > 2 * sum(int(t.n_elements) for t in matrices)  # each sees >= 1 column
     assert flop > 2 * int(conv_out.n_elements) * hop  # the last conv at the sample rate
+
+
+def test_winograd_performs_fewer_multiply_adds_in_the_residual_convs(
+    decoder_gguf: dict[str, Path],
+) -> None:
+    """The performed count replaces each residual unit's 7-tap conv (14 products per pair of
+    columns) by its Winograd tiles (8 per pair, a leftover column a tile of its own): 18 tiles
+    for a frame of 32 columns at dilation 9 (pairs 0-8 with 9-17, 18-22 with 27-31, 23-26 each
+    with the column a dilation before), half the columns where the dilation divides them."""
+    assert winograd_tiles_per_frame(32, 9) == 18
+    assert winograd_tiles_per_frame(32, 3) == 17
+    assert winograd_tiles_per_frame(1920, 1) == winograd_tiles_per_frame(1920, 3) == 960
+    nominal = decoder_gflop_per_frame(decoder_gguf["tiny-0.6b"])
+    performed = decoder_gflop_per_frame(decoder_gguf["tiny-0.6b"], winograd=True)
+    assert 0.5 * nominal < performed < 0.9 * nominal
 
 
 def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:

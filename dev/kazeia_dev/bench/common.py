@@ -41,6 +41,24 @@ BF16_PEAK_NOTE = (
 )
 
 
+def performed_note(compute: dict[str, Any], rate: float | None = None) -> str:
+    """Where the decoder's kernels perform fewer multiply-adds than its layers' nominal count
+    (the f32 residual convs in Winograd's form), how many, and the performed rate: of `rate`
+    (nominal GFLOP/s) against the peak, else as a factor of the nominal rates."""
+    performed = compute.get("performed_gflop_per_frame")
+    if performed is None or performed >= compute["gflop_per_frame"]:
+        return ""
+    ratio = performed / compute["gflop_per_frame"]
+    note = (
+        f"; its kernels perform {performed:.2f} of the {compute['gflop_per_frame']:.2f} GFLOP "
+        "(the residual convs in Winograd's form)"
+    )
+    if rate is None:
+        return note + f": {ratio:.2f}x those rates"
+    share = 100 * rate * ratio / compute["peak_gflop_s"]
+    return note + f": {rate * ratio:.0f} GFLOP/s performed, {share:.0f}% of the peak"
+
+
 class BenchError(RuntimeError):
     """A bench could not run (missing input, failed child process)."""
 

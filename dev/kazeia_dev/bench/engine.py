@@ -245,7 +245,7 @@ def bench_engine(args: argparse.Namespace) -> int:
     machine["loadavg_at_end"] = loadavg()
     bandwidth_threads = min(args.threads, usable_cpus())  # a thread per core reads fastest
     floor = memory_floor(model_dir, bandwidth_threads)
-    compute = decoder_compute(model_dir, rows, args.decoder_threads)
+    compute = decoder_compute(model_dir, rows, args.decoder_threads, args.decoder_precision)
 
     add_row_ratios(rows, loaded)
     targets = target_verdicts(t, rows, loaded, voice_rows)

@@ -85,14 +85,18 @@ def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
     return floor
 
 
-def decoder_compute(model_dir: Path, rows: dict[str, Any], decoder_threads: int) -> dict[str, Any]:
+def decoder_compute(
+    model_dir: Path, rows: dict[str, Any], decoder_threads: int, precision: str
+) -> dict[str, Any]:
     """The decoder's FLOP per second in each row (its GFLOP per frame over its seconds per
-    frame) against the FP32 multiply-add peak of its threads, measured now."""
+    frame) against the FP32 multiply-add peak of its threads, measured now, and the GFLOP per
+    frame its kernels perform (fewer in f32: the residual convs in Winograd's form)."""
     from wyoming_kazeia import _native
 
     from .decoder import decoder_gflop_per_frame
 
     gflop = decoder_gflop_per_frame(model_dir / "decoder.gguf")
+    performed = decoder_gflop_per_frame(model_dir / "decoder.gguf", winograd=precision == "f32")
     peak = _native.testing.fma_peak(decoder_threads)
     rates = {
         name: gflop * row["n_frames"] / row["decoder_s"]
@@ -101,6 +105,7 @@ def decoder_compute(model_dir: Path, rows: dict[str, Any], decoder_threads: int)
     }
     return {
         "gflop_per_frame": gflop,
+        "performed_gflop_per_frame": performed,
         "peak_gflop_s": peak,
         "peak_isa": _native.testing.FMA_PEAK_ISA,
         "threads": decoder_threads,
