@@ -125,6 +125,20 @@ int64_t channel_split(int64_t n_blocks, int64_t units, const ConvGemmParams *p, 
     return std::max<int64_t>(1, std::min<int64_t>(units, (want + n_blocks - 1) / n_blocks));
 }
 
+// Where a pool splits a block among several tasks, what they all read of the input (rounded
+// to bf16, or Winograd's transforms) is prepared once by the whole pool: `rows` rows, a share
+// of them per thread by fill(r0, n, buffer), into `buffer` resized to `size`. Returns its data.
+template <typename T, typename Fill>
+T *prepare_on_pool(WorkerPool &pool, std::vector<T> &buffer, size_t size, int64_t rows,
+                   const Fill &fill) {
+    const int64_t per = std::max<int64_t>(1, (rows + pool.n_threads() - 1) / pool.n_threads());
+    buffer.resize(size);
+    T *data = buffer.data();
+    pool.run((rows + per - 1) / per,
+             [&](int64_t t) { fill(t * per, std::min(per, rows - t * per), data); });
+    return data;
+}
+
 template <typename T>
 void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
     const ConvOperands o(dst);
@@ -289,14 +303,10 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     if (shared) {
         if (ith != 0) return;
         const int64_t rows = tile_rows(len);
-        const int64_t per = std::max<int64_t>(1, (rows + p->pool->n_threads() - 1) /
-                                                     p->pool->n_threads());
-        whole.resize(rows * in);
-        ggml_bf16_t *all = whole.data();
-        p->pool->run((rows + per - 1) / per, [&](int64_t t) {
-            convert(t * per, std::min(per, rows - t * per), all + t * per * in);
-        });
-        converted = all;
+        converted = prepare_on_pool(*p->pool, whole, rows * in, rows,
+                                    [&](int64_t r0, int64_t n, ggml_bf16_t *all) {
+                                        convert(r0, n, all + r0 * in);
+                                    });
     }
     run_tasks(p->pool, ith, nth, n_blocks * m_split, block);
 #else
@@ -524,13 +534,10 @@ void conv_winograd_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     };
     if (shared) {
         if (ith != 0) return;
-        const int64_t per = (n_tiles + p->pool->n_threads() - 1) / p->pool->n_threads();
-        whole.resize(n * n_tiles * in);
-        float *all = whole.data();
-        p->pool->run((n_tiles + per - 1) / per, [&](int64_t t) {
-            transform(t * per, std::min(per, n_tiles - t * per), all + t * per * in, n_tiles);
-        });
-        transformed = all;
+        transformed = prepare_on_pool(*p->pool, whole, n * n_tiles * in, n_tiles,
+                                      [&](int64_t t0, int64_t nt, float *all) {
+                                          transform(t0, nt, all + t0 * in, n_tiles);
+                                      });
     }
     run_tasks(p->pool, ith, nth, n_blocks * m_split, block);
 }
@@ -638,6 +645,26 @@ void pack_winograd_weight(const ggml_tensor *w, int64_t taps, ggml_tensor *u) {
             }
 }
 
+namespace {
+
+// The node of either conv op: y [out, len] from x_full, its weight (conv_gemm's or
+// conv_winograd's), bias and residual, computed by `kernel`.
+ggml_tensor *conv_node(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, ggml_tensor *bias,
+                       ggml_tensor *residual, int64_t out, int64_t len, ggml_custom_op_t kernel,
+                       const ConvGemmParams *params) {
+    GGML_ASSERT(!bias || bias->ne[0] == out);
+    GGML_ASSERT(!residual || (residual->ne[0] == out && residual->ne[1] == len &&
+                              ggml_is_contiguous(residual)));
+    ggml_tensor *args[4] = {x_full, w, bias, residual};
+    // ggml_custom_4d takes a dense argument list: keep null slots last.
+    const int n_args = residual ? 4 : (bias ? 3 : 2);
+    GGML_ASSERT(!residual || bias);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, out, len, 1, 1, args, n_args, kernel,
+                          GGML_N_TASKS_MAX, const_cast<ConvGemmParams *>(params));
+}
+
+}  // namespace
+
 ggml_tensor *conv_winograd(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *u,
                            ggml_tensor *bias, ggml_tensor *residual,
                            const ConvGemmParams *params) {
@@ -648,14 +675,7 @@ ggml_tensor *conv_winograd(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *
     const int64_t len = x_full->ne[1] - (params->taps - 1) * params->dilation;
     GGML_ASSERT(winograd_fits(params->taps, params->dilation, params->period) &&
                 len >= params->period && len % params->period == 0);
-    GGML_ASSERT(!bias || bias->ne[0] == out);
-    GGML_ASSERT(!residual || (residual->ne[0] == out && residual->ne[1] == len &&
-                              ggml_is_contiguous(residual)));
-    ggml_tensor *args[4] = {x_full, u, bias, residual};
-    const int n_args = residual ? 4 : (bias ? 3 : 2);
-    GGML_ASSERT(!residual || bias);
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, out, len, 1, 1, args, n_args, conv_winograd_kernel,
-                          GGML_N_TASKS_MAX, const_cast<ConvGemmParams *>(params));
+    return conv_node(ctx, x_full, u, bias, residual, out, len, conv_winograd_kernel, params);
 }
 
 ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, ggml_tensor *bias,
@@ -665,15 +685,7 @@ ggml_tensor *conv_gemm(ggml_context *ctx, ggml_tensor *x_full, ggml_tensor *w, g
     GGML_ASSERT(w->ne[0] == params->taps * in && out % CONV_PANEL == 0);
     const int64_t len = x_full->ne[1] - (params->taps - 1) * params->dilation;
     GGML_ASSERT(len >= 1);
-    GGML_ASSERT(!bias || bias->ne[0] == out);
-    GGML_ASSERT(!residual || (residual->ne[0] == out && residual->ne[1] == len &&
-                              ggml_is_contiguous(residual)));
-    ggml_tensor *args[4] = {x_full, w, bias, residual};
-    // ggml_custom_4d takes a dense argument list: keep null slots last.
-    const int n_args = residual ? 4 : (bias ? 3 : 2);
-    GGML_ASSERT(!residual || bias);
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, out, len, 1, 1, args, n_args, conv_gemm_kernel,
-                          GGML_N_TASKS_MAX, const_cast<ConvGemmParams *>(params));
+    return conv_node(ctx, x_full, w, bias, residual, out, len, conv_gemm_kernel, params);
 }
 
 }  // namespace kazeia
