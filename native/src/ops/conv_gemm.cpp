@@ -629,20 +629,23 @@ void pack_winograd_weight(const ggml_tensor *w, int64_t taps, ggml_tensor *u) {
                 u->ne[1] == out && u->ne[2] == n);
     const WinogradMatrices wm = winograd_matrices(taps);
     const bool f16 = w->type == GGML_TYPE_F16;
-    auto value = [&](int64_t m, int64_t k) {
-        return f16 ? (double)ggml_fp16_to_fp32(static_cast<const ggml_fp16_t *>(w->data)[m * taps * in + k])
-                   : (double)static_cast<const float *>(w->data)[m * taps * in + k];
-    };
     auto *ud = static_cast<float *>(u->data);
     for (int64_t m = 0; m < out; ++m)
-        for (int64_t c = 0; c < in; ++c)
+        for (int64_t c = 0; c < in; ++c) {
+            double g[WINOGRAD_MAX_N - 1];  // the taps of (m, c)
+            for (int64_t k = 0; k < taps; ++k) {
+                const int64_t i = m * taps * in + k * in + c;
+                g[k] = f16 ? ggml_fp16_to_fp32(static_cast<const ggml_fp16_t *>(w->data)[i])
+                           : static_cast<const float *>(w->data)[i];
+            }
             for (int64_t xi = 0; xi < n; ++xi) {
                 double s = 0.0;
-                for (int64_t k = 0; k < taps; ++k) s += wm.g[xi][k] * value(m, k * in + c);
+                for (int64_t k = 0; k < taps; ++k) s += wm.g[xi][k] * g[k];
                 // U_xi [in, out] in panels, as pack_panels lays out a weight of K = in.
                 ud[xi * in * out + (m / CONV_PANEL) * CONV_PANEL * in + c * CONV_PANEL +
                    m % CONV_PANEL] = (float)s;
             }
+        }
 }
 
 namespace {
