@@ -158,12 +158,16 @@ def test_winograd_conv_matches_numpy_and_frames_pushed_alone(
     assert np.array_equal(np.concatenate(alone), whole)
 
 
-def test_winograd_conv_rejects_frames_its_tiles_do_not_fit() -> None:
+def test_winograd_conv_rejects_frames_its_tiles_do_not_fit_and_other_precisions() -> None:
     w = np.zeros((16, 7 * 16), np.float32)
     x = np.zeros((40 + 18, 16), np.float32)
     for period in (5, 3):  # 40 columns are not whole frames of 3; 5 < 2 * dilation
         with pytest.raises(ValueError, match="Winograd"):
             testing.conv_gemm(w, x, 7, 3, "f32", 2, period)
+    with pytest.raises(ValueError, match="f32 only"):
+        testing.conv_gemm(w, x, 7, 3, "bf16", 2, 8)
+    with pytest.raises(ValueError, match="unknown decoder precision"):
+        testing.conv_gemm(w, x, 7, 3, "f64", 2, 8)
 
 
 def test_the_portable_kernels_run_where_avx2_is_missing(

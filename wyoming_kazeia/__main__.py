@@ -485,7 +485,7 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
     # cpu_has_amx_bf16, not decoder_bf16_isa: an f32 process never asks Linux for the tiles.
     if decoder_on_cpu and s.decoder_precision == "f32" and cpu_has_amx_bf16():
         _LOGGER.info(
-            "this CPU has AMX: decoder_precision bf16 would run the speech decoder about 3x "
+            "this CPU has AMX: decoder_precision bf16 would run the speech decoder about 2.5x "
             "faster, at bf16's rounding (docs/hardware.md, 'bf16 decoder')"
         )
 

@@ -132,7 +132,7 @@ class EngineSettings:
         "KZTTS_DECODER_THREADS", "speech decoder threads", Bounds(1, 64), default=2
     )
     # f32 is the official model's arithmetic; bf16 makes the decoder several times faster where
-    # the CPU has AMX, and a little slower elsewhere (docs/hardware.md has both and the error).
+    # the CPU has AMX, and slower elsewhere (docs/hardware.md has both and the error).
     decoder_precision: str = _opt(
         "KZTTS_DECODER_PRECISION",
         "how the speech decoder multiplies on the CPU: f32 (the official model's arithmetic), "

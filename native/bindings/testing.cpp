@@ -299,8 +299,11 @@ py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64
                          "with cols > (taps - 1) * dilation, threads >= 1");
     const int64_t out = w.shape(0), K = w.shape(1), in = x.shape(1), cols = x.shape(0);
     const int64_t len = cols - (taps - 1) * dilation;
+    const DecoderPrecision products = decoder_precision(precision);
     if (period && (!winograd_fits(taps, dilation, period) || len % period))
         throw InputError("conv_gemm: a period that Winograd's tiles do not fit");
+    if (period && products != DecoderPrecision::F32)
+        throw InputError("conv_gemm: Winograd's form (a period) is f32 only");
     const size_t bytes =
         (w.size() + x.size() + out * len + (period ? in * out * (taps + 1) : 0)) * sizeof(float);
     ggml_init_params params = {bytes + 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr,
@@ -318,7 +321,7 @@ py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64
         pack_winograd_weight(wt, taps, u);
         y = conv_winograd(ctx.get(), xt, u, nullptr, nullptr, &p);
     } else {
-        pack_conv_weight(wt, taps, decoder_precision(precision));
+        pack_conv_weight(wt, taps, products);
         y = conv_gemm(ctx.get(), xt, wt, nullptr, nullptr, &p);
     }
     ggml_cgraph *gf = ggml_new_graph(ctx.get());

@@ -177,10 +177,10 @@ class GraphBuilder {
         const int64_t len = x->ne[1];
         ggml_tensor *full = x;
         if (state) full = with_history(x, state);
-        // Winograd's tiles lie within frames: a push holds n_ whole frames of len / n_ columns.
-        const int64_t period = len / n_;
-        if (c.winograd && len % n_ == 0 && winograd_fits(c.k, dilation, period)) {
-            params_.push_back(ConvGemmParams{c.k, dilation, &s_.pool, period});
+        // Winograd's tiles lie within frames: a push holds n_ whole frames of len / n_ columns
+        // (the model chose the form for this period: see add_winograd_weights).
+        if (c.winograd) {
+            params_.push_back(ConvGemmParams{c.k, dilation, &s_.pool, len / n_});
             return conv_winograd(ctx_, full, c.winograd, c.b, residual, &params_.back());
         }
         if (c.packed) {
@@ -312,7 +312,7 @@ class GraphBuilder {
     const SpeechDecoder::Model &m_;
     const bool gpu_;
     int64_t n_ = 0, valid_ = 0;
-    std::deque<ConvGemmParams> params_;  // referenced by the graph's conv_gemm nodes
+    std::deque<ConvGemmParams> params_;  // referenced by the graph's conv nodes
     std::deque<AttentionParams> attention_;  // and by its attention nodes
     ggml_context *ctx_;
     ggml_cgraph *gf_;

@@ -79,7 +79,7 @@ void SpeechDecoder::Model::pack_weights() {
     for (VocoderBlock &b : blocks) {
         pack(b.up);
         for (ResUnit &r : b.res) {
-            pack(r.conv1);
+            if (!r.conv1.winograd) pack(r.conv1);  // else never read: see add_winograd_weights
             pack(r.conv2);
         }
     }
@@ -87,13 +87,19 @@ void SpeechDecoder::Model::pack_weights() {
 
 // The residual units' dilated 7-tap convs hold most of the vocoder's multiply-adds; in
 // Winograd's form they take 8 products per pair of outputs instead of 14. Written from the
-// weights as the file holds them, before pack_weights rewrites those.
+// weights as the file holds them, before pack_weights rewrites those, for each conv whose
+// tiles fit its frames (every push holds whole frames: the graph then always takes this form,
+// and the file's weights of the conv are not read again).
 void SpeechDecoder::Model::add_winograd_weights() {
     std::vector<Conv *> convs;
-    for (VocoderBlock &b : blocks)
+    int64_t columns = 1;  // per frame, at the residual units of each block
+    for (uint32_t r : hp.upsampling_ratios) columns *= r;
+    for (VocoderBlock &b : blocks) {
+        columns *= b.r;
         for (ResUnit &r : b.res)
-            if (conv_gemm_supported(r.conv1.w) && winograd_fits(r.conv1.k, 1, 2))
+            if (conv_gemm_supported(r.conv1.w) && winograd_fits(r.conv1.k, r.dilation, columns))
                 convs.push_back(&r.conv1);
+    }
     if (convs.empty()) return;
     const ggml_init_params params = {convs.size() * ggml_tensor_overhead(), nullptr, true};
     winograd_ctx.reset(ggml_init(params));

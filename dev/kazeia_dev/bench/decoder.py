@@ -142,8 +142,10 @@ def streamed_weight_mb(gguf_path: Path) -> tuple[float, float]:
 
 
 # The dilations of each vocoder block's residual units (as native/src/speech_decoder_model.h
-# has them: constants of the official code, not in the file).
+# has them: constants of the official code, not in the file), and the output channels of the
+# decoder GEMM's weight panels (native/src/decoder_arch.h).
 RES_DILATIONS = (1, 3, 9)
+CONV_PANEL = 16
 
 
 def winograd_tiles_per_frame(period: int, dilation: int) -> int:
@@ -159,8 +161,10 @@ def decoder_gflop_per_frame(gguf_path: Path, winograd: bool = False) -> float:
     column it sees per frame (`decoder_columns_per_frame`), and the transformer's attention over
     its window. Codebook look-ups, SnakeBeta, norms and activations (a few operations per value)
     are left out. With `winograd`, the multiply-adds the CPU's f32 decoder performs: its
-    residual units' first convs (taps > 1) in Winograd's form, taps + 1 products of in x out
-    per tile instead of taps per column; the transforms' few operations per value left out."""
+    residual units' first convs in Winograd's form where the engine takes it (taps > 1, output
+    channels in whole panels of CONV_PANEL, frames of at least two dilations), taps + 1
+    products of in x out per tile instead of taps per column; the transforms' few operations
+    per value left out."""
     import gguf
 
     reader = gguf.GGUFReader(gguf_path)
@@ -173,9 +177,13 @@ def decoder_gflop_per_frame(gguf_path: Path, winograd: bool = False) -> float:
         if not (winograd and parts[-2:] == ["conv1", "weight"] and "res" in parts):
             return int(t.n_elements) * columns
         k_in, out = (int(n) for n in t.shape)
-        taps = k_in // out  # a residual conv keeps its width
-        tiles = winograd_tiles_per_frame(columns, RES_DILATIONS[int(parts[5])])
-        return tiles * (taps + 1) * (k_in // taps) * out if taps > 1 else k_in * out * columns
+        taps, dilation = (
+            k_in // out,
+            RES_DILATIONS[int(parts[5])],
+        )  # a residual conv keeps its width
+        if taps < 2 or out % CONV_PANEL or columns < 2 * dilation:
+            return k_in * out * columns
+        return winograd_tiles_per_frame(columns, dilation) * (taps + 1) * (k_in // taps) * out
 
     matrices = sum(
         multiply_adds(t) for t in reader.tensors if len(t.shape) == 2 and "codebook" not in t.name

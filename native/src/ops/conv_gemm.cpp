@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 #include <vector>
 
@@ -429,7 +429,7 @@ WinogradMatrices winograd_matrices(int64_t taps) {
 // starts a dilation earlier.
 struct WinogradTile {
     int64_t first;
-    bool store_first;
+    bool keeps_first;  // stores its first output too
 };
 
 std::vector<WinogradTile> winograd_tiles(int64_t period, int64_t dilation) {
@@ -460,7 +460,7 @@ void conv_winograd_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     const int64_t panels_per = (n_panels + m_split - 1) / m_split;
     auto tile = [&](int64_t t) {
         const WinogradTile &f = frame[t % per_frame];
-        return WinogradTile{t / per_frame * p->period + f.first, f.store_first};
+        return WinogradTile{t / per_frame * p->period + f.first, f.keeps_first};
     };
     // The transformed inputs of nt tiles from tile t0: input xi of tile t0 + j at
     // v[(xi * v_tiles + j) * in], its channels in a row.
@@ -520,7 +520,7 @@ void conv_winograd_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
                 float s[2][CONV_MAX_PANELS * CONV_PANEL];
                 combine_rows(wm.at, 2, prod.data() + j * rows_per_step, nt * rows_per_step, s[0],
                              CONV_MAX_PANELS * CONV_PANEL, np * CONV_PANEL);
-                for (int64_t i = t.store_first ? 0 : 1; i < 2; ++i) {
+                for (int64_t i = t.keeps_first ? 0 : 1; i < 2; ++i) {
                     const int64_t col = t.first + i * d;
                     for (int64_t q = 0; q < np; ++q) {
                         const int64_t m = m0 + q * CONV_PANEL;
