@@ -149,6 +149,17 @@ void GgufWeights::expect_tensors(const std::vector<TensorSpec> &table) const {
     }
 }
 
+size_t GgufWeights::discard(ggml_tensor *t) {
+    if (map_ || !ggml_backend_buffer_is_host(buffer_.get()) || t->buffer != buffer_.get()) return 0;
+    const auto page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const auto start = (uintptr_t)t->data, end = start + ggml_nbytes(t);
+    const uintptr_t first = (start + page - 1) / page * page, last = end / page * page;
+    if (last <= first) return 0;
+    // Anonymous private memory: the released pages read as zeros if touched again.
+    if (madvise((void *)first, last - first, MADV_DONTNEED) != 0) return 0;
+    return last - first;
+}
+
 int64_t GgufWeights::n_tensors() const { return gguf_get_n_tensors(gguf_.get()); }
 
 std::string GgufWeights::tensor_name(int64_t i) const {

@@ -89,7 +89,7 @@ void SpeechDecoder::Model::pack_weights() {
 // Winograd's form they take 8 products per pair of outputs instead of 14. Written from the
 // weights as the file holds them, before pack_weights rewrites those, for each conv whose
 // tiles fit its frames (every push holds whole frames: the graph then always takes this form,
-// and the file's weights of the conv are not read again).
+// and the file's weights of the conv are not read again: their memory goes back).
 void SpeechDecoder::Model::add_winograd_weights() {
     std::vector<Conv *> convs;
     int64_t columns = 1;  // per frame, at the residual units of each block
@@ -108,7 +108,10 @@ void SpeechDecoder::Model::add_winograd_weights() {
     winograd_buffer.reset(
         ggml_backend_alloc_ctx_tensors_from_buft(winograd_ctx.get(), ggml_backend_cpu_buffer_type()));
     if (!winograd_buffer) throw ModelError("out of memory for the Winograd weights of " + weights.path());
-    for (Conv *c : convs) pack_winograd_weight(c->w, c->k, c->winograd);
+    for (Conv *c : convs) {
+        pack_winograd_weight(c->w, c->k, c->winograd);
+        weights.discard(c->w);
+    }
 }
 
 void SpeechDecoder::Model::bind_tensors() {

@@ -20,7 +20,7 @@ inline constexpr int RES_DILATIONS[3] = {1, 3, 9};
 inline constexpr int DWCONV_KERNEL = 7;
 
 struct Conv {
-    ggml_tensor *w = nullptr;  // [k * in, out]
+    ggml_tensor *w = nullptr;  // [k * in, out]; its data discarded where winograd is set
     ggml_tensor *b = nullptr;  // [out] or null
     int64_t k = 1, in = 0, out = 0;
     bool packed = false;       // w rewritten for conv_gemm (see ops.h)
