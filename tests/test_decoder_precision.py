@@ -1,6 +1,6 @@
 """The decoder's bf16 products (decoder_precision bf16): their error against f32, exact streams,
 every path (AMX, AVX-512, AVX2, portable) within that error, and the setting through the
-kazeia-decoder process and its errors."""
+kazeia-decoder process and its errors; the f32 decoder's memory for its Winograd weights."""
 
 from __future__ import annotations
 
@@ -274,3 +274,40 @@ def test_the_decoder_process_multiplies_as_the_setting_says(
 def test_an_unknown_precision_is_an_input_error(decoder_gguf: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match=r"unknown decoder precision 'int8' \(f32\|bf16\)"):
         SpeechDecoder(str(decoder_gguf["tiny-0.6b"]), precision="int8")
+
+
+# Run in a fresh process: its resident memory grows only by what loading the decoder takes.
+DECODER_LOAD_MEMORY = """
+import sys
+import numpy as np
+from wyoming_kazeia.native import SpeechDecoder
+def resident():
+    return int([l for l in open("/proc/self/status") if l.startswith("VmRSS")][0].split()[1]) << 10
+before = resident()
+decoder = SpeechDecoder(sys.argv[2], threads=1)
+np.savez(sys.argv[1], grown=resident() - before)
+"""
+
+
+def test_the_f32_decoder_gives_back_the_memory_of_the_weights_it_transforms(
+    tmp_path: Path,
+) -> None:
+    """The residual convs' weights as the file holds them are read once, into Winograd's form,
+    and never again: their memory goes back, so the decoder holds the file's weights plus the
+    transformed ones less those (the full-size 0.6B f32 decoder: 456 + 75 - 66 MB, not 532)."""
+    import gguf
+    from kazeia_dev.bench.common import default_cache_dir, ensure_model
+
+    path = ensure_model(default_cache_dir(), "0.6b", "f32") / "decoder.gguf"
+    tensors = gguf.GGUFReader(path).tensors
+    file_bytes = sum(int(t.n_bytes) for t in tensors)
+    res_conv1 = [t for t in tensors if t.name.startswith("dec.voc.") and ".conv1." in t.name]
+    res_conv1 = [t for t in res_conv1 if t.name.endswith(".weight")]
+    assert len(res_conv1) == 12 and {t.tensor_type.name for t in res_conv1} == {"F32"}
+    file_conv1 = sum(int(t.n_bytes) for t in res_conv1)
+    winograd = file_conv1 * 8 // 7  # 7 taps become 8 transformed products, f32
+    grown = int(run_fresh(DECODER_LOAD_MEMORY, tmp_path / "m.npz", [str(path)], {})["grown"])
+    # What else loading takes (contexts, the thread pool): measured about 1 MB. Without the
+    # transformed weights it would grow by the file's 456 MB alone, under the lower bound.
+    expected = file_bytes + winograd - file_conv1
+    assert expected - (4 << 20) < grown < expected + (8 << 20), grown / 1e6

@@ -170,41 +170,6 @@ def test_winograd_conv_rejects_frames_its_tiles_do_not_fit_and_other_precisions(
         testing.conv_gemm(w, x, 7, 3, "f64", 2, 8)
 
 
-# Run in a fresh process: its resident memory grows only by what loading the decoder takes.
-DECODER_LOAD_MEMORY = """
-import sys
-import numpy as np
-from wyoming_kazeia.native import SpeechDecoder
-def resident():
-    return int([l for l in open("/proc/self/status") if l.startswith("VmRSS")][0].split()[1]) << 10
-before = resident()
-decoder = SpeechDecoder(sys.argv[2], threads=1)
-np.savez(sys.argv[1], grown=resident() - before)
-"""
-
-
-def test_the_f32_decoder_gives_back_the_memory_of_the_weights_it_transforms(
-    tmp_path: Path,
-) -> None:
-    """The residual convs' weights as the file holds them are read once, into Winograd's form,
-    and never again: their memory goes back, so the decoder holds the file's weights plus the
-    transformed ones less those (the full-size 0.6B f32 decoder: 456 + 75 - 66 MB, not 532)."""
-    import gguf
-    from kazeia_dev.bench.common import default_cache_dir, ensure_model
-
-    path = ensure_model(default_cache_dir(), "0.6b", "f32") / "decoder.gguf"
-    tensors = gguf.GGUFReader(path).tensors
-    file_bytes = sum(int(t.n_bytes) for t in tensors)
-    res_conv1 = [t for t in tensors if t.name.startswith("dec.voc.") and ".conv1." in t.name]
-    res_conv1 = [t for t in res_conv1 if t.name.endswith(".weight")]
-    assert len(res_conv1) == 12 and {t.tensor_type.name for t in res_conv1} == {"F32"}
-    file_conv1 = sum(int(t.n_bytes) for t in res_conv1)
-    winograd = file_conv1 * 8 // 7  # 7 taps become 8 transformed products, f32
-    grown = int(run_fresh(DECODER_LOAD_MEMORY, tmp_path / "m.npz", [str(path)], {})["grown"])
-    # What else loading takes (contexts, the thread pool): measured about 1 MB.
-    assert grown < file_bytes + winograd - file_conv1 + (8 << 20), grown / 1e6
-
-
 def test_the_portable_kernels_run_where_avx2_is_missing(
     decoder_gguf: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -150,14 +151,28 @@ void GgufWeights::expect_tensors(const std::vector<TensorSpec> &table) const {
 }
 
 size_t GgufWeights::discard(ggml_tensor *t) {
-    if (map_ || !ggml_backend_buffer_is_host(buffer_.get()) || t->buffer != buffer_.get()) return 0;
-    const auto page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const auto start = (uintptr_t)t->data, end = start + ggml_nbytes(t);
-    const uintptr_t first = (start + page - 1) / page * page, last = end / page * page;
+    // Only ggml's CPU buffer is known to be plain private memory (posix_memalign): other host
+    // buffers (a GPU backend's pinned memory) are left alone.
+    if (map_ || ggml_backend_buffer_get_type(buffer_.get()) != ggml_backend_cpu_buffer_type() ||
+        t->buffer != buffer_.get())
+        return 0;
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto start = reinterpret_cast<uintptr_t>(t->data);
+    const uintptr_t first = (start + page - 1) & ~(page - 1);
+    const uintptr_t last = (start + ggml_nbytes(t)) & ~(page - 1);
     if (last <= first) return 0;
-    // Anonymous private memory: the released pages read as zeros if touched again.
-    if (madvise((void *)first, last - first, MADV_DONTNEED) != 0) return 0;
-    return last - first;
+    void *pages = reinterpret_cast<void *>(first);
+#if defined(MADV_NOHUGEPAGE)
+    // Where huge pages are the default, the kernel would later merge the released range back
+    // into a huge page with its neighbours (filled with zeros): kept apart, it stays released.
+    // Advice only.
+    madvise(pages, last - first, MADV_NOHUGEPAGE);
+#endif
+    return madvise(pages, last - first, MADV_DONTNEED) == 0 ? last - first : 0;
+#else
+    return 0;
+#endif
 }
 
 int64_t GgufWeights::n_tensors() const { return gguf_get_n_tensors(gguf_.get()); }
