@@ -2,7 +2,6 @@
 // the convolutions' weights packed for conv_gemm on the CPU.
 #include "speech_decoder_model.h"
 
-#include <stdexcept>
 #include <string>
 #include <vector>
 

@@ -177,10 +177,8 @@ def decoder_gflop_per_frame(gguf_path: Path, winograd: bool = False) -> float:
         if not (winograd and parts[-2:] == ["conv1", "weight"] and "res" in parts):
             return int(t.n_elements) * columns
         k_in, out = (int(n) for n in t.shape)
-        taps, dilation = (
-            k_in // out,
-            RES_DILATIONS[int(parts[5])],
-        )  # a residual conv keeps its width
+        taps = k_in // out  # a residual conv keeps its width
+        dilation = RES_DILATIONS[int(parts[5])]
         if taps < 2 or out % CONV_PANEL or columns < 2 * dilation:
             return k_in * out * columns
         return winograd_tiles_per_frame(columns, dilation) * (taps + 1) * (k_in // taps) * out

@@ -546,6 +546,13 @@ void conv_winograd_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     conv_winograd_run(dst, ith, nth, static_cast<const ConvGemmParams *>(userdata));
 }
 
+// Value i of a weight as the file holds it: f16 or f32 (conv_gemm_supported).
+float weight_value(const ggml_tensor *w, int64_t i) {
+    return w->type == GGML_TYPE_F16
+               ? ggml_fp16_to_fp32(static_cast<const ggml_fp16_t *>(w->data)[i])
+               : static_cast<const float *>(w->data)[i];
+}
+
 template <typename T>
 void pack_panels(ggml_tensor *w) {
     const int64_t K = w->ne[0], M = w->ne[1];
@@ -568,11 +575,7 @@ void pack_panels(ggml_tensor *w) {
 void pack_bf16(ggml_tensor *w, bool amx) {
     static_assert(AMX_TILE == CONV_PANEL, "a group of channels is one panel");
     const int64_t K = w->ne[0], M = w->ne[1];
-    const bool f16 = w->type == GGML_TYPE_F16;
-    auto value = [&](int64_t m, int64_t k) {
-        return f16 ? ggml_fp16_to_fp32(static_cast<const ggml_fp16_t *>(w->data)[m * K + k])
-                   : static_cast<const float *>(w->data)[m * K + k];
-    };
+    auto value = [&](int64_t m, int64_t k) { return weight_value(w, m * K + k); };
     std::vector<float> ordered(CONV_PANEL * K);  // one group's values in their packed order
     auto *packed = static_cast<ggml_bf16_t *>(w->data);
     for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL) {
@@ -628,16 +631,11 @@ void pack_winograd_weight(const ggml_tensor *w, int64_t taps, ggml_tensor *u) {
     GGML_ASSERT(u->type == GGML_TYPE_F32 && ggml_is_contiguous(u) && u->ne[0] == in &&
                 u->ne[1] == out && u->ne[2] == n);
     const WinogradMatrices wm = winograd_matrices(taps);
-    const bool f16 = w->type == GGML_TYPE_F16;
     auto *ud = static_cast<float *>(u->data);
     for (int64_t m = 0; m < out; ++m)
         for (int64_t c = 0; c < in; ++c) {
             double g[WINOGRAD_MAX_N - 1];  // the taps of (m, c)
-            for (int64_t k = 0; k < taps; ++k) {
-                const int64_t i = m * taps * in + k * in + c;
-                g[k] = f16 ? ggml_fp16_to_fp32(static_cast<const ggml_fp16_t *>(w->data)[i])
-                           : static_cast<const float *>(w->data)[i];
-            }
+            for (int64_t k = 0; k < taps; ++k) g[k] = weight_value(w, m * taps * in + k * in + c);
             for (int64_t xi = 0; xi < n; ++xi) {
                 double s = 0.0;
                 for (int64_t k = 0; k < taps; ++k) s += wm.g[xi][k] * g[k];
