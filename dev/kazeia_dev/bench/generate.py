@@ -83,7 +83,13 @@ def add_parser(subparsers: Any) -> None:
         default=",".join(GEN_TYPES),
         help=f"comma-separated talker weight types, one row each (default {','.join(GEN_TYPES)})",
     )
-    p.add_argument("--threads", type=int, default=2, help="engine and torch threads (default 2)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="engine and torch threads (default 2; the engine's idle workers yield their cores, "
+        "as the service's do)",
+    )
     p.add_argument("--frames", type=int, default=40, help="frames per run, 80 ms each (default 40)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per row (default 3)")
     p.add_argument(
@@ -475,7 +481,9 @@ def child_generate(args: argparse.Namespace) -> dict[str, Any]:
     ids = np.asarray([int(x) for x in args.ids.split(",") if x.strip()], dtype=np.int64)
     rss_start = status_mb("VmRSS")
     start = time.perf_counter()
-    gen = Generator(str(args.gguf), threads=args.threads)
+    # The service's pools (engine.py): with more threads than cores, a pool whose idle workers
+    # keep their cores makes every task wait for a descheduled thread.
+    gen = Generator(str(args.gguf), threads=args.threads, polite=True)
     load_s = time.perf_counter() - start
     rss_load = status_mb("VmRSS")
     rss_file_load = status_mb("RssFile")
