@@ -514,7 +514,8 @@ def child_decoder(args: argparse.Namespace) -> dict[str, Any]:
     frames = int(codes.shape[0])
     rss_start = status_mb("VmRSS")
     start = time.perf_counter()
-    dec = SpeechDecoder(str(args.gguf), threads=args.threads, precision=args.precision)
+    # The service's pools (engine.py), as `script/bench generate` builds its generator.
+    dec = SpeechDecoder(str(args.gguf), threads=args.threads, polite=True, precision=args.precision)
     load_s = time.perf_counter() - start
     rss_load = status_mb("VmRSS")
     k = args.chunk

@@ -188,7 +188,7 @@ def bench_quality(args: argparse.Namespace) -> int:
     forced: dict[str, list[dict[str, np.ndarray]]] = {}
     rows: dict[str, dict[str, Any]] = {}
     for t, path in talkers.items():
-        gen = Generator(str(path), threads=args.threads)
+        gen = Generator(str(path), threads=args.threads, polite=True)  # the service's pools
         start = time.monotonic()
         traces[t] = [
             testing.trace(gen, ids, args.speaker, args.language, False, args.frames)
