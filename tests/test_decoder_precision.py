@@ -301,8 +301,9 @@ def test_the_f32_decoder_gives_back_the_memory_of_the_weights_it_transforms(
     path = ensure_model(default_cache_dir(), "0.6b", "f32") / "decoder.gguf"
     tensors = gguf.GGUFReader(path).tensors
     file_bytes = sum(int(t.n_bytes) for t in tensors)
-    res_conv1 = [t for t in tensors if t.name.startswith("dec.voc.") and ".conv1." in t.name]
-    res_conv1 = [t for t in res_conv1 if t.name.endswith(".weight")]
+    res_conv1 = [
+        t for t in tensors if t.name.startswith("dec.voc.") and t.name.endswith(".conv1.weight")
+    ]
     assert len(res_conv1) == 12 and {t.tensor_type.name for t in res_conv1} == {"F32"}
     file_conv1 = sum(int(t.n_bytes) for t in res_conv1)
     winograd = file_conv1 * 8 // 7  # 7 taps become 8 transformed products, f32
