@@ -252,6 +252,40 @@ def test_f16_decoder_streams_exactly_and_stays_close_to_f32(tmp_path: Path) -> N
     assert 30 < snr < 120, snr
 
 
+def test_f16_weights_decode_as_the_f32_values_they_hold(tmp_path: Path) -> None:
+    """An f16 decoder multiplies exactly the values its file holds, whether it keeps a weight in
+    f16 or widens it to f32 (the convs past the first vocoder block's upsampling): the same
+    samples, bit for bit, as an f32 file of the same values, decoded whole or streamed."""
+    ckpt = _copy_checkpoint(tmp_path)
+    _edit_tokenizer_weights(
+        ckpt,
+        lambda t: t.update(
+            {
+                n: w.astype(np.float16).astype(np.float32)
+                for n, w in t.items()
+                if w.dtype == np.float32
+            }
+        ),
+    )
+    types = {}
+    decoders = {}
+    for out_type in ("f16", "f32"):
+        out = convert_part("decoder", ckpt, tmp_path / f"{out_type}.gguf", out_type)
+        types[out_type] = {t.name: t.tensor_type.name for t in gguf.GGUFReader(out).tensors}
+        decoders[out_type] = SpeechDecoder(str(out), threads=2)
+    # Both a weight the loader widens and one it keeps f16 are in the f16 file.
+    assert types["f16"]["dec.voc.blk.1.up.weight"] == "F16"
+    assert types["f16"]["dec.voc.blk.0.up.weight"] == "F16"
+    codes = ref_codes("tiny-0.6b", "dec_codes_long")
+    whole = {t: d.decode(codes) for t, d in decoders.items()}
+    assert np.array_equal(whole["f16"], whole["f32"])
+    pushed = {}
+    for t, d in decoders.items():
+        stream = d.stream()
+        pushed[t] = np.concatenate([stream.push(codes[i : i + 4]) for i in range(0, len(codes), 4)])
+    assert np.array_equal(pushed["f16"], pushed["f32"])
+
+
 @pytest.mark.parametrize(
     ("model", "kind", "speakers"),
     [

@@ -1,11 +1,13 @@
 """The decoder's bf16 products (decoder_precision bf16): their error against f32, exact streams,
 every path (AMX, AVX-512, AVX2, portable) within that error, and the setting through the
-kazeia-decoder process and its errors; the f32 decoder's memory for its Winograd weights."""
+kazeia-decoder process and its errors; the f32 decoder's memory for the weights it transforms or
+widens."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ import soundfile as sf
 from conftest import decode_with_kernels, ref_codes, run_fresh, snr_db
 
 from wyoming_kazeia import native
+from wyoming_kazeia.convert import convert_part
 from wyoming_kazeia.native import SpeechDecoder
 
 CLI = str(Path(sys.executable).parent / "kazeia-decoder")
@@ -289,26 +292,44 @@ np.savez(sys.argv[1], grown=resident() - before)
 """
 
 
-def test_the_f32_decoder_gives_back_the_memory_of_the_weights_it_transforms(
-    tmp_path: Path,
-) -> None:
-    """The residual convs' weights as the file holds them are read once, into Winograd's form,
-    and never again: their memory goes back, so the decoder holds the file's weights plus the
-    transformed ones less those (the full-size 0.6B f32 decoder: 456 + 75 - 66 MB, not 532)."""
-    import gguf
-    from kazeia_dev.bench.common import default_cache_dir, ensure_model
+# The vocoder's convs whose f16 weights the loader holds in f32: those past the first block's
+# upsampling (32 input columns a frame and more), where the kernels are bound by multiply-adds.
+WIDENED = re.compile(r"dec\.voc\.blk\.([1-9]\d*\.up|\d+\.res\.\d+\.conv2)\.weight")
 
-    path = ensure_model(default_cache_dir(), "0.6b", "f32") / "decoder.gguf"
+
+@pytest.mark.parametrize("weights", ["f32", "f16"])
+def test_the_f32_decoder_holds_each_weight_once_in_the_form_it_reads(
+    tmp_path: Path, weights: str
+) -> None:
+    """The residual convs' weights as the file holds them are read once, into Winograd's form
+    (f32), and never again: their memory goes back. From an f16 file, the convs that the
+    multiply-adds bound (past the first block's upsampling) are held widened to f32, and their
+    f16 copy goes back too. So the full-size 0.6B decoder holds, from an f32 file, the file's
+    weights plus the transformed ones less those (456 + 75 - 66 MB, not 532); from an f16 file
+    the same less the f16 copies of the widened weights plus their f32 form (12 MB more)."""
+    import gguf
+    from kazeia_dev.bench.common import default_cache_dir, ensure_checkpoint, ensure_model
+
+    if weights == "f32":
+        path = ensure_model(default_cache_dir(), "0.6b", "f32") / "decoder.gguf"
+    else:
+        checkpoint = ensure_checkpoint(default_cache_dir(), "0.6b")
+        path = convert_part("decoder", checkpoint, tmp_path / "decoder.gguf", "f16")
     tensors = gguf.GGUFReader(path).tensors
     file_bytes = sum(int(t.n_bytes) for t in tensors)
     res_conv1 = [
         t for t in tensors if t.name.startswith("dec.voc.") and t.name.endswith(".conv1.weight")
     ]
-    assert len(res_conv1) == 12 and {t.tensor_type.name for t in res_conv1} == {"F32"}
+    assert len(res_conv1) == 12 and {t.tensor_type.name for t in res_conv1} == {weights.upper()}
     file_conv1 = sum(int(t.n_bytes) for t in res_conv1)
-    winograd = file_conv1 * 8 // 7  # 7 taps become 8 transformed products, f32
+    winograd = sum(int(t.n_elements) for t in res_conv1) * 8 // 7 * 4  # 8 products for 7 taps
+    widened = [t for t in tensors if WIDENED.fullmatch(t.name)]
+    assert len(widened) == 15 and {t.tensor_type.name for t in widened} == {weights.upper()}
+    # f32 weights are held as they are; f16 ones take twice their bytes in f32.
+    widening = sum(int(t.n_bytes) for t in widened) if weights == "f16" else 0
     grown = int(run_fresh(DECODER_LOAD_MEMORY, tmp_path / "m.npz", [str(path)], {})["grown"])
     # What else loading takes (contexts, the thread pool): measured about 1 MB. Without the
-    # transformed weights it would grow by the file's 456 MB alone, under the lower bound.
-    expected = file_bytes + winograd - file_conv1
-    assert expected - (4 << 20) < grown < expected + (8 << 20), grown / 1e6
+    # transformed weights it would grow by the file's bytes alone, under the lower bound; without
+    # the widening (12 MB from the f16 file) too.
+    expected = file_bytes + winograd - file_conv1 + widening
+    assert expected - (4 << 20) < grown < expected + (8 << 20), (grown - expected) / 1e6

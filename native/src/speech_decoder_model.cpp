@@ -2,6 +2,7 @@
 // the convolutions' weights packed for conv_gemm on the CPU.
 #include "speech_decoder_model.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,10 @@ SpeechDecoder::Model::Model(const std::string &path, int threads, const std::str
 // weights are packed once for conv_gemm. Weights it cannot take (quantized, odd widths)
 // stay with ggml.
 void SpeechDecoder::Model::pack_weights() {
-    if (precision == DecoderPrecision::F32) add_winograd_weights();
+    if (precision == DecoderPrecision::F32) {
+        add_winograd_weights();
+        widen_compute_bound_weights();
+    }
     auto pack = [this](Conv &c) {
         if (conv_gemm_supported(c.w)) {
             pack_conv_weight(c.w, c.k, precision);
@@ -91,14 +95,12 @@ void SpeechDecoder::Model::pack_weights() {
 // and the file's weights of the conv are not read again: their memory goes back).
 void SpeechDecoder::Model::add_winograd_weights() {
     std::vector<Conv *> convs;
-    int64_t columns = 1;  // per frame, at the residual units of each block
-    for (uint32_t r : hp.upsampling_ratios) columns *= r;
-    for (VocoderBlock &b : blocks) {
-        columns *= b.r;
-        for (ResUnit &r : b.res)
-            if (conv_gemm_supported(r.conv1.w) && winograd_fits(r.conv1.k, r.dilation, columns))
+    const std::vector<int64_t> columns = vocoder_columns();
+    for (size_t b = 0; b < blocks.size(); ++b)
+        for (ResUnit &r : blocks[b].res)
+            if (conv_gemm_supported(r.conv1.w) &&
+                winograd_fits(r.conv1.k, r.dilation, columns[b + 1]))
                 convs.push_back(&r.conv1);
-    }
     if (convs.empty()) return;
     const ggml_init_params params = {convs.size() * ggml_tensor_overhead(), nullptr, true};
     winograd_ctx.reset(ggml_init(params));
@@ -110,6 +112,51 @@ void SpeechDecoder::Model::add_winograd_weights() {
     for (Conv *c : convs) {
         pack_winograd_weight(c->w, c->k, c->winograd);
         weights.discard(c->w);
+    }
+}
+
+// Columns a frame at the vocoder's input (element 0) and after each block's upsampling.
+std::vector<int64_t> SpeechDecoder::Model::vocoder_columns() const {
+    std::vector<int64_t> columns{1};
+    for (uint32_t r : hp.upsampling_ratios) columns[0] *= r;
+    for (const VocoderBlock &b : blocks) columns.push_back(columns.back() * b.r);
+    return columns;
+}
+
+// Where a conv's input has at least WIDE_MIN_COLUMNS columns a frame, a streamed push uses each
+// of its weights in that many multiply-adds per frame or more: the kernels are bound by those,
+// not by reading the weights, so its f16 weights are widened to f32 once (exactly: every f16
+// value is a float) instead of at every use. The others stay f16: a push reads them from memory
+// at half the bytes.
+void SpeechDecoder::Model::widen_compute_bound_weights() {
+    std::vector<Conv *> convs;
+    const std::vector<int64_t> columns = vocoder_columns();
+    for (size_t b = 0; b < blocks.size(); ++b) {
+        if (columns[b] >= WIDE_MIN_COLUMNS) convs.push_back(&blocks[b].up);
+        if (columns[b + 1] >= WIDE_MIN_COLUMNS)
+            for (ResUnit &r : blocks[b].res) convs.push_back(&r.conv2);
+    }
+    convs.erase(std::remove_if(convs.begin(), convs.end(),
+                               [](const Conv *c) {
+                                   return c->w->type != GGML_TYPE_F16 || !conv_gemm_supported(c->w);
+                               }),
+                convs.end());
+    if (convs.empty()) return;
+    const ggml_init_params params = {convs.size() * ggml_tensor_overhead(), nullptr, true};
+    widened_ctx.reset(ggml_init(params));
+    std::vector<ggml_tensor *> wide;
+    for (const Conv *c : convs)
+        wide.push_back(
+            ggml_new_tensor_2d(widened_ctx.get(), GGML_TYPE_F32, c->w->ne[0], c->w->ne[1]));
+    widened_buffer.reset(ggml_backend_alloc_ctx_tensors_from_buft(widened_ctx.get(),
+                                                                  ggml_backend_cpu_buffer_type()));
+    if (!widened_buffer)
+        throw ModelError("out of memory for the f32 weights of " + weights.path());
+    for (size_t i = 0; i < convs.size(); ++i) {
+        ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(convs[i]->w->data),
+                              static_cast<float *>(wide[i]->data), ggml_nelements(wide[i]));
+        weights.discard(convs[i]->w);
+        convs[i]->w = wide[i];
     }
 }
 

@@ -18,6 +18,9 @@ namespace kazeia {
 inline constexpr int RES_KERNEL = 7;
 inline constexpr int RES_DILATIONS[3] = {1, 3, 9};
 inline constexpr int DWCONV_KERNEL = 7;
+// Input columns a frame from which a conv's f16 weights are held in f32 (see
+// widen_compute_bound_weights).
+inline constexpr int64_t WIDE_MIN_COLUMNS = 32;
 
 struct Conv {
     ggml_tensor *w = nullptr;  // [k * in, out]; its data discarded where winograd is set
@@ -82,6 +85,9 @@ struct SpeechDecoder::Model {
     // fewer multiply-adds.
     GgmlContextPtr winograd_ctx;
     BufferPtr winograd_buffer;
+    // The f16 weights of the compute-bound convs widened to f32 (widen_compute_bound_weights).
+    GgmlContextPtr widened_ctx;
+    BufferPtr widened_buffer;
 
     Model(const std::string &path, int threads, const std::string &device_id,
           DecoderPrecision precision);
@@ -89,6 +95,8 @@ struct SpeechDecoder::Model {
   private:
     void pack_weights();
     void add_winograd_weights();
+    void widen_compute_bound_weights();
+    std::vector<int64_t> vocoder_columns() const;
     void bind_tensors();
 };
 
