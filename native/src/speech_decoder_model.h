@@ -23,7 +23,9 @@ inline constexpr int DWCONV_KERNEL = 7;
 inline constexpr int64_t WIDE_MIN_COLUMNS = 32;
 
 struct Conv {
-    ggml_tensor *w = nullptr;  // [k * in, out]; its data discarded where winograd is set
+    // [k * in, out]; its data discarded where winograd is set, an f32 copy of the file's f16
+    // where the model widens it (widen_compute_bound_weights)
+    ggml_tensor *w = nullptr;
     ggml_tensor *b = nullptr;  // [out] or null
     int64_t k = 1, in = 0, out = 0;
     bool packed = false;       // w rewritten for conv_gemm (see ops.h)
