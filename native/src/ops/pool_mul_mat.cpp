@@ -21,7 +21,7 @@ namespace kazeia {
 namespace {
 
 constexpr int64_t MUL_MAT_MIN_TASK_ROWS = 64;
-constexpr int64_t MUL_MAT_TASKS_PER_THREAD = 4;
+constexpr int64_t MUL_MAT_TASKS_PER_THREAD = 2;
 
 constexpr WeightReads PREFETCHED_STREAMS{4, true, "4 prefetched streams"};
 constexpr WeightReads ONE_STREAM{1, false, "one stream"};
@@ -127,8 +127,8 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
     };
     const Q8DotRows dot_rows = type == GGML_TYPE_Q8_0 ? q8_dot_rows() : nullptr;
     // Few long tasks: each reads its rows as one or a few long sequential streams, which the
-    // hardware prefetchers serve far better than many short ones. A few tasks per thread still
-    // let a preempted thread's share be taken over.
+    // hardware prefetchers serve far better than many short ones (every task starts its streams
+    // cold). Two tasks per thread still let a preempted thread's share be taken over.
     const int64_t n_tasks = std::max<int64_t>(
         1, std::min<int64_t>((rows + MUL_MAT_MIN_TASK_ROWS - 1) / MUL_MAT_MIN_TASK_ROWS,
                              MUL_MAT_TASKS_PER_THREAD * pool->n_threads()));
