@@ -267,15 +267,12 @@ def test_f16_weights_decode_as_the_f32_values_they_hold(tmp_path: Path) -> None:
             }
         ),
     )
-    types = {}
-    decoders = {}
-    for out_type in ("f16", "f32"):
-        out = convert_part("decoder", ckpt, tmp_path / f"{out_type}.gguf", out_type)
-        types[out_type] = {t.name: t.tensor_type.name for t in gguf.GGUFReader(out).tensors}
-        decoders[out_type] = SpeechDecoder(str(out), threads=2)
+    files = {t: convert_part("decoder", ckpt, tmp_path / f"{t}.gguf", t) for t in ("f16", "f32")}
+    decoders = {t: SpeechDecoder(str(path), threads=2) for t, path in files.items()}
     # Both a weight the loader widens and one it keeps f16 are in the f16 file.
-    assert types["f16"]["dec.voc.blk.1.up.weight"] == "F16"
-    assert types["f16"]["dec.voc.blk.0.up.weight"] == "F16"
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(files["f16"]).tensors}
+    assert types["dec.voc.blk.1.up.weight"] == "F16"
+    assert types["dec.voc.blk.0.up.weight"] == "F16"
     codes = ref_codes("tiny-0.6b", "dec_codes_long")
     whole = {t: d.decode(codes) for t, d in decoders.items()}
     assert np.array_equal(whole["f16"], whole["f32"])

@@ -178,7 +178,7 @@ class GraphBuilder {
         ggml_tensor *full = x;
         if (state) full = with_history(x, state);
         // Winograd's tiles lie within frames: a push holds n_ whole frames of len / n_ columns
-        // (the model chose the form for this period: see add_winograd_weights).
+        // (the model chose the form for this period: see add_f32_weights).
         if (c.winograd) {
             params_.push_back(ConvGemmParams{c.k, dilation, &s_.pool, len / n_});
             return conv_winograd(ctx_, full, c.winograd, c.b, residual, &params_.back());

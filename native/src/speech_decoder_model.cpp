@@ -55,10 +55,7 @@ SpeechDecoder::Model::Model(const std::string &path, int threads, const std::str
 // weights are packed once for conv_gemm. Weights it cannot take (quantized, odd widths)
 // stay with ggml.
 void SpeechDecoder::Model::pack_weights() {
-    if (precision == DecoderPrecision::F32) {
-        add_winograd_weights();
-        widen_compute_bound_weights();
-    }
+    if (precision == DecoderPrecision::F32) add_f32_weights();
     auto pack = [this](Conv &c) {
         if (conv_gemm_supported(c.w)) {
             pack_conv_weight(c.w, c.k, precision);
@@ -82,36 +79,9 @@ void SpeechDecoder::Model::pack_weights() {
     for (VocoderBlock &b : blocks) {
         pack(b.up);
         for (ResUnit &r : b.res) {
-            if (!r.conv1.winograd) pack(r.conv1);  // else never read: see add_winograd_weights
+            if (!r.conv1.winograd) pack(r.conv1);  // else never read: see add_f32_weights
             pack(r.conv2);
         }
-    }
-}
-
-// The residual units' dilated 7-tap convs hold most of the vocoder's multiply-adds; in
-// Winograd's form they take 8 products per pair of outputs instead of 14. Written from the
-// weights as the file holds them, before pack_weights rewrites those, for each conv whose
-// tiles fit its frames (every push holds whole frames: the graph then always takes this form,
-// and the file's weights of the conv are not read again: their memory goes back).
-void SpeechDecoder::Model::add_winograd_weights() {
-    std::vector<Conv *> convs;
-    const std::vector<int64_t> columns = vocoder_columns();
-    for (size_t b = 0; b < blocks.size(); ++b)
-        for (ResUnit &r : blocks[b].res)
-            if (conv_gemm_supported(r.conv1.w) &&
-                winograd_fits(r.conv1.k, r.dilation, columns[b + 1]))
-                convs.push_back(&r.conv1);
-    if (convs.empty()) return;
-    const ggml_init_params params = {convs.size() * ggml_tensor_overhead(), nullptr, true};
-    winograd_ctx.reset(ggml_init(params));
-    for (Conv *c : convs)
-        c->winograd = ggml_new_tensor_3d(winograd_ctx.get(), GGML_TYPE_F32, c->in, c->out, c->k + 1);
-    winograd_buffer.reset(
-        ggml_backend_alloc_ctx_tensors_from_buft(winograd_ctx.get(), ggml_backend_cpu_buffer_type()));
-    if (!winograd_buffer) throw ModelError("out of memory for the Winograd weights of " + weights.path());
-    for (Conv *c : convs) {
-        pack_winograd_weight(c->w, c->k, c->winograd);
-        weights.discard(c->w);
     }
 }
 
@@ -123,40 +93,59 @@ std::vector<int64_t> SpeechDecoder::Model::vocoder_columns() const {
     return columns;
 }
 
+// The f32 decoder's weights in forms of its own, written from the weights as the file holds
+// them before pack_weights rewrites those; the file's weights of those convs are not read
+// again, and their memory goes back.
+//
+// The residual units' dilated 7-tap convs hold most of the vocoder's multiply-adds; in
+// Winograd's form they take 8 products per pair of outputs instead of 14: taken for each conv
+// whose tiles fit its frames (every push holds whole frames: the graph then always takes this
+// form).
+//
 // Where a conv's input has at least WIDE_MIN_COLUMNS columns a frame, a streamed push uses each
 // of its weights in that many multiply-adds per frame or more: the kernels are bound by those,
 // not by reading the weights, so its f16 weights are widened to f32 once (exactly: every f16
 // value is a float) instead of at every use. The others stay f16: a push reads them from memory
 // at half the bytes.
-void SpeechDecoder::Model::widen_compute_bound_weights() {
-    std::vector<Conv *> convs;
+void SpeechDecoder::Model::add_f32_weights() {
+    std::vector<Conv *> winograd, widened;
     const std::vector<int64_t> columns = vocoder_columns();
     for (size_t b = 0; b < blocks.size(); ++b) {
-        if (columns[b] >= WIDE_MIN_COLUMNS) convs.push_back(&blocks[b].up);
+        VocoderBlock &blk = blocks[b];
+        for (ResUnit &r : blk.res)
+            if (conv_gemm_supported(r.conv1.w) &&
+                winograd_fits(r.conv1.k, r.dilation, columns[b + 1]))
+                winograd.push_back(&r.conv1);
+        if (columns[b] >= WIDE_MIN_COLUMNS) widened.push_back(&blk.up);
         if (columns[b + 1] >= WIDE_MIN_COLUMNS)
-            for (ResUnit &r : blocks[b].res) convs.push_back(&r.conv2);
+            for (ResUnit &r : blk.res) widened.push_back(&r.conv2);
     }
-    convs.erase(std::remove_if(convs.begin(), convs.end(),
-                               [](const Conv *c) {
-                                   return c->w->type != GGML_TYPE_F16 || !conv_gemm_supported(c->w);
-                               }),
-                convs.end());
-    if (convs.empty()) return;
-    const ggml_init_params params = {convs.size() * ggml_tensor_overhead(), nullptr, true};
-    widened_ctx.reset(ggml_init(params));
+    widened.erase(std::remove_if(widened.begin(), widened.end(),
+                                 [](const Conv *c) {
+                                     return c->w->type != GGML_TYPE_F16 ||
+                                            !conv_gemm_supported(c->w);
+                                 }),
+                  widened.end());
+    if (winograd.empty() && widened.empty()) return;
+    const size_t n_tensors = winograd.size() + widened.size();
+    f32_ctx.reset(ggml_init({n_tensors * ggml_tensor_overhead(), nullptr, true}));
+    for (Conv *c : winograd)
+        c->winograd = ggml_new_tensor_3d(f32_ctx.get(), GGML_TYPE_F32, c->in, c->out, c->k + 1);
     std::vector<ggml_tensor *> wide;
-    for (const Conv *c : convs)
-        wide.push_back(
-            ggml_new_tensor_2d(widened_ctx.get(), GGML_TYPE_F32, c->w->ne[0], c->w->ne[1]));
-    widened_buffer.reset(ggml_backend_alloc_ctx_tensors_from_buft(widened_ctx.get(),
-                                                                  ggml_backend_cpu_buffer_type()));
-    if (!widened_buffer)
-        throw ModelError("out of memory for the f32 weights of " + weights.path());
-    for (size_t i = 0; i < convs.size(); ++i) {
-        ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(convs[i]->w->data),
+    for (const Conv *c : widened)
+        wide.push_back(ggml_new_tensor_2d(f32_ctx.get(), GGML_TYPE_F32, c->w->ne[0], c->w->ne[1]));
+    f32_buffer.reset(
+        ggml_backend_alloc_ctx_tensors_from_buft(f32_ctx.get(), ggml_backend_cpu_buffer_type()));
+    if (!f32_buffer) throw ModelError("out of memory for the f32 weights of " + weights.path());
+    for (Conv *c : winograd) {
+        pack_winograd_weight(c->w, c->k, c->winograd);
+        weights.discard(c->w);
+    }
+    for (size_t i = 0; i < widened.size(); ++i) {
+        ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(widened[i]->w->data),
                               static_cast<float *>(wide[i]->data), ggml_nelements(wide[i]));
-        weights.discard(convs[i]->w);
-        convs[i]->w = wide[i];
+        weights.discard(widened[i]->w);
+        widened[i]->w = wide[i];
     }
 }
 

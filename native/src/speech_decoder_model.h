@@ -19,12 +19,12 @@ inline constexpr int RES_KERNEL = 7;
 inline constexpr int RES_DILATIONS[3] = {1, 3, 9};
 inline constexpr int DWCONV_KERNEL = 7;
 // Input columns a frame from which a conv's f16 weights are held in f32 (see
-// widen_compute_bound_weights).
+// add_f32_weights).
 inline constexpr int64_t WIDE_MIN_COLUMNS = 32;
 
 struct Conv {
     // [k * in, out]; its data discarded where winograd is set, an f32 copy of the file's f16
-    // where the model widens it (widen_compute_bound_weights)
+    // where the model widens it (add_f32_weights)
     ggml_tensor *w = nullptr;
     ggml_tensor *b = nullptr;  // [out] or null
     int64_t k = 1, in = 0, out = 0;
@@ -83,21 +83,17 @@ struct SpeechDecoder::Model {
     Snake snake_out;
 
     DecoderPrecision precision;  // of the packed weights (F32 on a GPU, which has none)
-    // The residual units' first convs in Winograd's form (f32 on the CPU): extra memory for
-    // fewer multiply-adds.
-    GgmlContextPtr winograd_ctx;
-    BufferPtr winograd_buffer;
-    // The f16 weights of the compute-bound convs widened to f32 (widen_compute_bound_weights).
-    GgmlContextPtr widened_ctx;
-    BufferPtr widened_buffer;
+    // The residual units' first convs in Winograd's form and the compute-bound convs' f16
+    // weights widened (add_f32_weights): extra memory for fewer operations.
+    GgmlContextPtr f32_ctx;
+    BufferPtr f32_buffer;
 
     Model(const std::string &path, int threads, const std::string &device_id,
           DecoderPrecision precision);
 
   private:
     void pack_weights();
-    void add_winograd_weights();
-    void widen_compute_bound_weights();
+    void add_f32_weights();
     std::vector<int64_t> vocoder_columns() const;
     void bind_tensors();
 };
