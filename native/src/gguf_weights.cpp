@@ -151,10 +151,10 @@ void GgufWeights::expect_tensors(const std::vector<TensorSpec> &table) const {
 }
 
 size_t GgufWeights::discard(ggml_tensor *t) {
-    // Only ggml's CPU buffer is known to be plain private memory (posix_memalign): other host
-    // buffers (a GPU backend's pinned memory) are left alone.
-    if (map_ || ggml_backend_buffer_get_type(buffer_.get()) != ggml_backend_cpu_buffer_type() ||
-        t->buffer != buffer_.get())
+    // Of the private memory, only ggml's CPU buffer is known to be plain memory
+    // (posix_memalign): other host buffers (a GPU backend's pinned memory) are left alone.
+    if (!map_ && (ggml_backend_buffer_get_type(buffer_.get()) != ggml_backend_cpu_buffer_type() ||
+                  t->buffer != buffer_.get()))
         return 0;
 #if defined(__linux__) && defined(MADV_DONTNEED)
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -167,7 +167,7 @@ size_t GgufWeights::discard(ggml_tensor *t) {
     // Where huge pages are the default, the kernel would later merge the released range back
     // into a huge page with its neighbours (filled with zeros): kept apart, it stays released.
     // Advice only.
-    madvise(pages, last - first, MADV_NOHUGEPAGE);
+    if (!map_) madvise(pages, last - first, MADV_NOHUGEPAGE);
 #endif
     return madvise(pages, last - first, MADV_DONTNEED) == 0 ? last - first : 0;
 #else

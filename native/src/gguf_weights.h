@@ -38,11 +38,12 @@ class GgufWeights {
     ggml_tensor *tensor(const std::string &name) const;
     // Checks a tensor's shape; throws ModelError naming it on mismatch.
     void check_shape(const std::string &name, const std::vector<int64_t> &ne) const;
-    // Gives the memory of a tensor read into this object's CPU buffer back to the system, once
-    // it has been transformed into another form and is never read again: its whole pages are
-    // released (the bytes at its ends that share a page with a neighbour stay); on Linux it then
-    // reads as zeros. Returns the bytes released: 0 for a mapped file, a buffer other than
-    // ggml's CPU one, a tensor within a page, or where the system refuses.
+    // Gives the memory of a tensor back to the system once it has been copied or transformed
+    // into another form and is never read again: its whole pages are released (the bytes at its
+    // ends that share a page with a neighbour stay). Read into this object's CPU buffer, it then
+    // reads as zeros (on Linux); in a mapped file, its pages leave this process's memory, and a
+    // later read would map them from the file again. Returns the bytes released: 0 for a buffer
+    // other than ggml's CPU one, a tensor within a page, or where the system refuses.
     size_t discard(ggml_tensor *t);
     int64_t n_tensors() const;
     std::string tensor_name(int64_t i) const;

@@ -26,17 +26,31 @@ void row_to_float(const ggml_tensor *table, int64_t id, float *out) {
     }
 }
 
+// Advice only: where it is refused, the memory works the same.
+void advise_pages([[maybe_unused]] ggml_backend_buffer_t buffer, [[maybe_unused]] int advice) {
+#if defined(__linux__)
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buffer));
+    const uintptr_t begin = (base + page - 1) & ~(page - 1);
+    const uintptr_t end = (base + ggml_backend_buffer_get_size(buffer)) & ~(page - 1);
+    if (end > begin) madvise(reinterpret_cast<void *>(begin), end - begin, advice);
+#endif
+}
+
 // A head-major cache touches each head's strip of a layer from its start, so transparent huge
 // pages (where the system makes them the default) would make nearly all of it resident at the
 // first step: a cache in host memory keeps small pages, and its pages are touched as it fills.
 void keep_small_pages([[maybe_unused]] ggml_backend_buffer_t buffer) {
 #if defined(__linux__) && defined(MADV_NOHUGEPAGE)
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buffer));
-    const uintptr_t begin = (base + page - 1) & ~(page - 1);
-    const uintptr_t end = (base + ggml_backend_buffer_get_size(buffer)) & ~(page - 1);
-    // Advice only: where it is refused, the cache works the same.
-    if (end > begin) madvise(reinterpret_cast<void *>(begin), end - begin, MADV_NOHUGEPAGE);
+    advise_pages(buffer, MADV_NOHUGEPAGE);
+#endif
+}
+
+// Weights that every step reads in full: huge pages where the system grants them on request
+// (fewer address translations on every pass over them).
+void prefer_huge_pages([[maybe_unused]] ggml_backend_buffer_t buffer) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    advise_pages(buffer, MADV_HUGEPAGE);
 #endif
 }
 
@@ -66,19 +80,26 @@ std::vector<ggml_tensor *> stack_tensors(const LmStack &stack) {
 }
 
 DeviceCopies::DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,
-                           const char *what) {
+                           const char *what, GgufWeights *source) {
     ggml_init_params params = {ggml_tensor_overhead() * (tensors.size() + 1), nullptr, true};
     ctx_.reset(ggml_init(params));
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> order;  // the tensors' order: reproducible
     for (ggml_tensor *t : tensors) {
         if (!t || copies_.count(t)) continue;
         ggml_tensor *copy = ggml_dup_tensor(ctx_.get(), t);
         ggml_set_name(copy, t->name);
         copies_[t] = copy;
+        order.emplace_back(t, copy);
     }
     buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), buft));
     if (!buffer_) throw std::runtime_error(std::string("out of device memory for the ") + what + " weights");
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    for (const auto &[host, copy] : copies_) ggml_backend_tensor_set(copy, host->data, 0, ggml_nbytes(host));
+    // Before the first write, which is when the pages are chosen.
+    if (buft == ggml_backend_cpu_buffer_type()) prefer_huge_pages(buffer_.get());
+    for (const auto &[host, copy] : order) {
+        ggml_backend_tensor_set(copy, host->data, 0, ggml_nbytes(host));
+        if (source) source->discard(host);
+    }
 }
 
 ggml_tensor *DeviceCopies::operator[](const ggml_tensor *host) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ggml_raii.h"
+#include "gguf_weights.h"
 #include "talker_arch.h"
 #include "ops.h"
 #include "worker_pool.h"
@@ -35,13 +36,15 @@ struct LmStack {
 // Every weight tensor of a stack (its layers and final norm).
 std::vector<ggml_tensor *> stack_tensors(const LmStack &stack);
 
-// Copies of host tensors in one buffer of a device's memory: the weights of a stack placed on
-// a GPU, uploaded once at load.
+// Copies of tensors in one buffer of a device's memory, made once at load: the weights of a
+// stack placed on a GPU, or on the CPU in the process's own memory (StackPlacement says why).
 class DeviceCopies {
   public:
-    // std::runtime_error naming `what` when the device's memory cannot hold them.
+    // std::runtime_error naming `what` when the device's memory cannot hold them. With
+    // `source`, the file's pages of each tensor are given back once it is copied
+    // (GgufWeights::discard), so that the two never add up in memory.
     DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,
-                 const char *what);
+                 const char *what, GgufWeights *source = nullptr);
     // The copy of `host` (null for null); std::logic_error when it was not copied.
     ggml_tensor *operator[](const ggml_tensor *host) const;
     // The stack with every tensor replaced by its copy.

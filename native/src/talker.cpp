@@ -60,16 +60,17 @@ LmStack bind_stack(const GgufWeights &w, const char *prefix, const LmHParams &hp
 
 StackPlacement::StackPlacement(const std::string &device_id, const LmStack &host, ggml_tensor *in_w,
                                ggml_tensor *in_b, ggml_tensor *head_, ggml_tensor *heads_,
-                               ggml_tensor *embd_, const char *what)
-    : device(device_id), stack(host), in_proj_w(in_w), in_proj_b(in_b), head(head_), heads(heads_),
-      embd(embd_) {
-    if (on_cpu()) return;
+                               ggml_tensor *embd_, const char *what, GgufWeights &source)
+    : device(device_id), embd(embd_) {
     std::vector<ggml_tensor *> tensors = stack_tensors(host);
-    tensors.insert(tensors.end(), {in_w, in_b, head_, heads_, embd_});  // (DeviceCopies skips nulls)
-    copies = std::make_unique<DeviceCopies>(tensors, ggml_backend_dev_buffer_type(gpu_device(device)), what);
+    tensors.insert(tensors.end(), {in_w, in_b, head_, heads_});  // (DeviceCopies skips nulls)
+    if (!on_cpu()) tensors.push_back(embd_);  // the CPU reads its few rows where they are
+    const ggml_backend_buffer_type_t buft =
+        on_cpu() ? ggml_backend_cpu_buffer_type() : ggml_backend_dev_buffer_type(gpu_device(device));
+    copies = std::make_unique<DeviceCopies>(tensors, buft, what, &source);
     stack = copies->stack(host);
     in_proj_w = (*copies)[in_w], in_proj_b = (*copies)[in_b], head = (*copies)[head_], heads = (*copies)[heads_];
-    embd = (*copies)[embd_];
+    if (!on_cpu()) embd = (*copies)[embd_];
 }
 
 TalkerModel::TalkerModel(const std::string &path, int threads, const std::string &talker_device,
@@ -93,9 +94,10 @@ TalkerModel::TalkerModel(const std::string &path, int threads, const std::string
     }
     cp_embd = weights.tensor(tlk_name::CP_EMBD);
     cp_heads = weights.tensor(tlk_name::CP_HEADS);
-    talker_at = StackPlacement(talker_device, talker, nullptr, nullptr, head, nullptr, codec_embd, "talker");
+    talker_at = StackPlacement(talker_device, talker, nullptr, nullptr, head, nullptr, codec_embd,
+                               "talker", weights);
     predictor_at = StackPlacement(predictor_device, predictor, cp_proj_w, cp_proj_b, nullptr, cp_heads,
-                                  cp_embd, "code predictor");
+                                  cp_embd, "code predictor", weights);
 }
 
 bool TalkerModel::find_prefix(const std::vector<int32_t> &key, PrefixKv &out) const {

@@ -24,8 +24,12 @@ namespace kazeia {
 inline constexpr int64_t CODEC_CONTROL_TOKENS = 1024;
 inline constexpr int64_t EOS_AFTER_FRAMES = 2;
 
-// Where one LM stack computes and the tensors its graphs read there: the model's own (mapped)
-// tensors on the CPU, copies in the device's memory on a GPU.
+// Where one LM stack computes and the tensors its graphs read there: copies of the model's
+// tensors in the device's memory, made at load. On the CPU the copies are the process's own
+// memory (with huge pages where the system grants them) in place of the mapped file's pages:
+// every step reads all of a stack's weights, and on the machines measured (docs/hardware.md)
+// the cores read private memory faster than a file's pages. The embedding tables, of which a
+// step reads a few rows, stay where they are.
 struct StackPlacement {
     std::string device = "cpu";  // a resolved device id (devices.h)
     std::unique_ptr<DeviceCopies> copies;
@@ -36,10 +40,11 @@ struct StackPlacement {
     ggml_tensor *embd = nullptr;
 
     StackPlacement() = default;
-    // `head` or `heads` as LmGraph takes them; `in_proj_*` and `embd` may be null.
+    // `head` or `heads` as LmGraph takes them; `in_proj_*` and `embd` may be null. The file's
+    // pages of what is copied go back to `source` (GgufWeights::discard).
     StackPlacement(const std::string &device, const LmStack &host, ggml_tensor *in_proj_w,
                    ggml_tensor *in_proj_b, ggml_tensor *head, ggml_tensor *heads, ggml_tensor *embd,
-                   const char *what);
+                   const char *what, GgufWeights &source);
     bool on_cpu() const { return is_cpu(device); }
     // The pool its graphs run our CPU ops in: `cpu_pool` on the CPU; none on a GPU, whose
     // graphs are ggml's own ops only (see LmGraph).
