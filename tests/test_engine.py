@@ -92,6 +92,21 @@ def test_subprocess_decoder_streams_the_in_process_chunks(engine: Engine, chunk:
     assert np.array_equal(np.concatenate(ours), np.concatenate(in_process))
 
 
+def test_a_changed_thread_count_keeps_the_loaded_generator(model_dir: Path) -> None:
+    """A live change of the generator's threads takes effect without loading its weights again
+    (the same generator object, now with the new count) and speaks the same samples; a count
+    out of bounds is refused and changes nothing."""
+    engine = Engine(model_dir, EngineSettings(max_frames=12, seed=11, threads=2))
+    before = pcm(engine)
+    generator = engine.generator
+    engine.apply_settings(engine.settings.replace(threads=3))
+    assert engine.generator is generator and generator.threads == 3
+    assert np.array_equal(pcm(engine), before)
+    with pytest.raises(ValueError, match=r"threads must be in 1\.\.512"):
+        generator.threads = 0
+    assert generator.threads == 3
+
+
 def test_the_decoder_precision_applies_in_process_and_in_the_decoder_process(
     model_dir: Path,
 ) -> None:

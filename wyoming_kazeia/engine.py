@@ -170,6 +170,8 @@ class Engine:
             return
         _LOGGER.warning("the model files in %s changed on disk: loading them again", self.model_dir)
         files = self._file_states()
+        # The new generator loads while the old one still holds its copies of the weights (both
+        # for a moment), so that the engine keeps a model when the files cannot be loaded.
         self.generator = self._load_generator(self.settings.threads, self.devices)
         decoder_hp = read_decoder_hparams(str(self.model_dir / "decoder.gguf"))
         self.sample_rate, self.hop_length = decoder_hp.sample_rate, decoder_hp.hop_length
@@ -206,16 +208,14 @@ class Engine:
         return self._decoder
 
     def apply_settings(self, settings: EngineSettings) -> None:
-        """Makes `settings` the defaults of the next syntheses. A thread count is fixed per
-        engine object (each owns its worker threads), so a changed one reloads that part
-        (the talker file is memory-mapped: a fraction of a second). Call it only while no
-        synthesis runs. So does a changed placement (the weights move to the new device)."""
+        """Makes `settings` the defaults of the next syntheses. Call it only while no synthesis
+        runs. The generator takes a new thread count as it is (each generation makes its own
+        threads); a changed placement loads it again (its weights move to the new device). The
+        decoder owns its threads, so a changed count reloads it, when next used."""
         devices = resolve_placements(settings)
-        stacks = ("talker", "predictor")
-        if settings.threads != self.settings.threads or any(
-            devices[p] != self.devices[p] for p in stacks
-        ):
+        if any(devices[p] != self.devices[p] for p in ("talker", "predictor")):
             self.generator = self._load_generator(settings.threads, devices)
+        self.generator.threads = settings.threads
         if settings.decoder_precision != self.settings.decoder_precision:
             # Other samples: the saved decoder states of the old precision do not continue them.
             with self._primed_lock:

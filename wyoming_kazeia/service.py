@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from .errors import (
     VoiceError,
 )
 from .model_voices import LibraryLook, ModelVoices, VoiceModel
+from .native import Generator
 from .pacing import SpeechRates
 from .settings import EngineSettings
 from .speakable import Pause
@@ -93,8 +95,9 @@ class TtsService:
         self._library_look: asyncio.Future[LibraryLook | None] | None = None  # under way
         self._library_late = False  # a look outlasted LIBRARY_DEADLINE_S (logged once)
         self._stored: dict[str, StoredVoice] = {}  # the library voices the model speaks
-        # name -> (voice, the generator it was made for, prompt); the engine thread's only
-        self._prompts: dict[str, tuple[StoredVoice, Any, VoicePrompt]] = {}
+        # name -> (voice, the generator it was made for, prompt); the engine thread's only. Weak:
+        # a generator replaced by a reload is let go (it holds its copies of the weights).
+        self._prompts: dict[str, tuple[StoredVoice, weakref.ref[Generator], VoicePrompt]] = {}
         self._reported: set[str] = set()  # unusable library voices already logged
         self._settings = EngineSettings()
         self._answers: set[Answer] = set()  # admitted and not ended
@@ -455,7 +458,8 @@ class TtsService:
             if self.library is not None:  # its voices' prompts and shared state, once
                 spoken = [v for v in self._stored.values() if vm.voices.speaks(v)]
                 for name, prompt in self.library.prepare(spoken, vm.engine).items():
-                    self._prompts[name] = (self._stored[name], vm.engine.generator, prompt)
+                    made_for = weakref.ref(vm.engine.generator)
+                    self._prompts[name] = (self._stored[name], made_for, prompt)
         return vm.engine
 
     def _library_prompt(self, voice: StoredVoice, engine: Engine) -> VoicePrompt:
@@ -470,8 +474,9 @@ class TtsService:
         if voice is None:
             raise VoiceError(f"voice {name!r} was removed")
         known = self._prompts.get(name)
-        if known is None or known[0] != voice or known[1] is not engine.generator:
-            known = (voice, engine.generator, self._library_prompt(voice, engine))
+        if known is None or known[0] != voice or known[1]() is not engine.generator:
+            made_for = weakref.ref(engine.generator)
+            known = (voice, made_for, self._library_prompt(voice, engine))
             self._prompts[name] = known
         return known[2]
 

@@ -368,7 +368,8 @@ void def_engine(py::module_ &m) {
             py::arg("input_ids"),
             "The number of text tokens of a tokenized assistant prompt (ValueError unless it is one).")
         .def_property_readonly("hparams", [](const Generator &g) { return meta_to_dict(talker_meta_keys(), g.hparams()); })
-        .def_property_readonly("threads", &Generator::n_threads)
+        .def_property("threads", &Generator::n_threads, &Generator::set_threads,
+                      "Threads of the generations started next (ValueError outside 1..512).")
         .def_property_readonly("talker_device", &Generator::talker_device)
         .def_property_readonly("predictor_device", &Generator::predictor_device)
         .def_property_readonly("damaged", &Generator::damaged,

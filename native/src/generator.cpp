@@ -239,9 +239,15 @@ struct GenerationSession::State {
     }
 };
 
+namespace {
+void check_threads(int n_threads) {
+    if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
+}
+}  // namespace
+
 Generator::Generator(const std::string &talker_gguf, int n_threads, bool polite,
                      const std::string &talker_device, const std::string &predictor_device) {
-    if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
+    check_threads(n_threads);
     model_ = std::make_unique<TalkerModel>(talker_gguf, n_threads, resolve_placement(talker_device),
                                            resolve_placement(predictor_device));
     model_->polite = polite;
@@ -251,6 +257,10 @@ Generator::~Generator() = default;
 
 const TalkerHParams &Generator::hparams() const { return model_->hp; }
 int Generator::n_threads() const { return model_->n_threads; }
+void Generator::set_threads(int n_threads) {
+    check_threads(n_threads);
+    model_->n_threads = n_threads;
+}
 const std::string &Generator::talker_device() const { return model_->talker_at.device; }
 const std::string &Generator::predictor_device() const { return model_->predictor_at.device; }
 bool Generator::damaged() const { return model_->weights.damaged(); }

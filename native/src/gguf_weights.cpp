@@ -151,10 +151,12 @@ void GgufWeights::expect_tensors(const std::vector<TensorSpec> &table) const {
 }
 
 size_t GgufWeights::discard(ggml_tensor *t) {
-    // Of the private memory, only ggml's CPU buffer is known to be plain memory
-    // (posix_memalign): other host buffers (a GPU backend's pinned memory) are left alone.
-    if (!map_ && (ggml_backend_buffer_get_type(buffer_.get()) != ggml_backend_cpu_buffer_type() ||
-                  t->buffer != buffer_.get()))
+    // A mapped file's pages are clean copies of the file, never written: dropped, they are read
+    // from it again if ever touched. Of the private memory, only ggml's CPU buffer is known to be
+    // plain memory (posix_memalign): other host buffers (a GPU backend's pinned memory) are left
+    // alone.
+    if (t->buffer != buffer_.get() ||
+        (!map_ && ggml_backend_buffer_get_type(buffer_.get()) != ggml_backend_cpu_buffer_type()))
         return 0;
 #if defined(__linux__) && defined(MADV_DONTNEED)
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -164,9 +166,9 @@ size_t GgufWeights::discard(ggml_tensor *t) {
     if (last <= first) return 0;
     void *pages = reinterpret_cast<void *>(first);
 #if defined(MADV_NOHUGEPAGE)
-    // Where huge pages are the default, the kernel would later merge the released range back
-    // into a huge page with its neighbours (filled with zeros): kept apart, it stays released.
-    // Advice only.
+    // Where huge pages are the default, the kernel would later merge a released range of private
+    // memory back into a huge page with its neighbours (filled with zeros): kept apart, it stays
+    // released. (A file's pages come back only from the file.) Advice only.
     if (!map_) madvise(pages, last - first, MADV_NOHUGEPAGE);
 #endif
     return madvise(pages, last - first, MADV_DONTNEED) == 0 ? last - first : 0;

@@ -42,8 +42,9 @@ class GgufWeights {
     // into another form and is never read again: its whole pages are released (the bytes at its
     // ends that share a page with a neighbour stay). Read into this object's CPU buffer, it then
     // reads as zeros (on Linux); in a mapped file, its pages leave this process's memory, and a
-    // later read would map them from the file again. Returns the bytes released: 0 for a buffer
-    // other than ggml's CPU one, a tensor within a page, or where the system refuses.
+    // later read would map them from the file again. Returns the bytes released: 0 for a tensor
+    // of another buffer, a buffer of a GPU backend, a tensor within a page, or where the system
+    // refuses.
     size_t discard(ggml_tensor *t);
     int64_t n_tensors() const;
     std::string tensor_name(int64_t i) const;

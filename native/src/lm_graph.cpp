@@ -1,5 +1,7 @@
 #include "lm_graph.h"
 
+#include "gguf_weights.h"
+#include "kazeia/error.h"
 #include "ops.h"
 
 #include <algorithm>
@@ -26,16 +28,16 @@ void row_to_float(const ggml_tensor *table, int64_t id, float *out) {
     }
 }
 
-// Advice only: where it is refused, the memory works the same.
-void advise_pages([[maybe_unused]] ggml_backend_buffer_t buffer, [[maybe_unused]] int advice) {
 #if defined(__linux__)
+// Advice only: where it is refused, the memory works the same.
+void advise_pages(ggml_backend_buffer_t buffer, int advice) {
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const auto base = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buffer));
     const uintptr_t begin = (base + page - 1) & ~(page - 1);
     const uintptr_t end = (base + ggml_backend_buffer_get_size(buffer)) & ~(page - 1);
     if (end > begin) madvise(reinterpret_cast<void *>(begin), end - begin, advice);
-#endif
 }
+#endif
 
 // A head-major cache touches each head's strip of a layer from its start, so transparent huge
 // pages (where the system makes them the default) would make nearly all of it resident at the
@@ -83,7 +85,9 @@ DeviceCopies::DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backe
                            const char *what, GgufWeights *source) {
     ggml_init_params params = {ggml_tensor_overhead() * (tensors.size() + 1), nullptr, true};
     ctx_.reset(ggml_init(params));
-    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> order;  // the tensors' order: reproducible
+    // In the order given (the stacks' own), not the map's: the layout and the order in which
+    // the file's pages go back are the same at every load.
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> order;
     for (ggml_tensor *t : tensors) {
         if (!t || copies_.count(t)) continue;
         ggml_tensor *copy = ggml_dup_tensor(ctx_.get(), t);
@@ -91,11 +95,14 @@ DeviceCopies::DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backe
         copies_[t] = copy;
         order.emplace_back(t, copy);
     }
+    const bool cpu = buft == ggml_backend_cpu_buffer_type();
     buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), buft));
-    if (!buffer_) throw std::runtime_error(std::string("out of device memory for the ") + what + " weights");
+    if (!buffer_)
+        throw ModelError(std::string(cpu ? "out of memory" : "out of device memory") + " for the " + what +
+                         " weights");
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     // Before the first write, which is when the pages are chosen.
-    if (buft == ggml_backend_cpu_buffer_type()) prefer_huge_pages(buffer_.get());
+    if (cpu) prefer_huge_pages(buffer_.get());
     for (const auto &[host, copy] : order) {
         ggml_backend_tensor_set(copy, host->data, 0, ggml_nbytes(host));
         if (source) source->discard(host);

@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "ggml_raii.h"
-#include "gguf_weights.h"
 #include "talker_arch.h"
 #include "ops.h"
 #include "worker_pool.h"
 
 namespace kazeia {
+
+class GgufWeights;
 
 struct LmLayer {
     ggml_tensor *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *ffn_norm, *gate, *up, *down;
@@ -40,7 +41,7 @@ std::vector<ggml_tensor *> stack_tensors(const LmStack &stack);
 // stack placed on a GPU, or on the CPU in the process's own memory (StackPlacement says why).
 class DeviceCopies {
   public:
-    // std::runtime_error naming `what` when the device's memory cannot hold them. With
+    // ModelError naming `what` when the device's memory cannot hold them. With
     // `source`, the file's pages of each tensor are given back once it is copied
     // (GgufWeights::discard), so that the two never add up in memory.
     DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,

@@ -3,6 +3,7 @@
 // growing KV cache.
 #pragma once
 
+#include <atomic>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -54,7 +55,7 @@ struct StackPlacement {
 struct TalkerModel {
     GgufWeights weights;  // memory-mapped: untouched rows of the text table stay on disk
     TalkerHParams hp;
-    int n_threads;
+    std::atomic<int> n_threads;  // of the generations started next
     bool polite = false;
     LmStack talker, predictor;
     ggml_tensor *codec_embd, *text_embd, *text_fc1_w, *text_fc1_b, *text_fc2_w, *text_fc2_b;

@@ -419,8 +419,9 @@ def generate_table(result: dict[str, Any]) -> str:
         "other = the rest of that wall time (sampling, Python); total = wall from the frames() "
         "call to the last frame / frames (min: the best run); RTF = total / 80 ms; medians over "
         "the repeats; RSS = "
-        "the whole child process; (file) = its file-backed part: the talker GGUF is "
-        "memory-mapped, so only the pages touched (e.g. the used rows of the text table) count."
+        "the whole child process, the stacks' weights (private memory) from the load on; (file) = "
+        "its file-backed part: the rest of the talker GGUF is memory-mapped, so only the pages "
+        "touched (e.g. the used rows of the text table) count."
     )
     return "\n".join(lines)
 

@@ -70,6 +70,10 @@ class Generator {
 
     const TalkerHParams &hparams() const;
     int n_threads() const;
+    // The thread count of the generations started after it (InputError outside 1..512); those
+    // running keep theirs. Each generation builds its own pool, so a changed setting needs no
+    // second load of the weights.
+    void set_threads(int n_threads);
     // The resolved devices of the two stacks ("cpu", "vulkan:0", ...).
     const std::string &talker_device() const;
     const std::string &predictor_device() const;
