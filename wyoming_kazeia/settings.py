@@ -118,15 +118,15 @@ def _part_placement(part: str, what: str, unset: str = "backend") -> Any:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    # The default is one more than the 2 cores of the smallest box we size for: the generator's
-    # tasks are taken from a shared counter, so a spare thread costs nothing unloaded, and when
-    # other processes compete for the cores it keeps the generator's share of them (with as
+    # The default is twice the 2 cores of the smallest box we size for: the generator's tasks
+    # are taken from a shared counter, so spare threads cost nothing unloaded, and when other
+    # processes compete for the cores each runnable thread is one more claim on them (with as
     # many threads as cores, the slowdown under load varies from run to run).
     threads: int = _opt(
         "KZTTS_THREADS",
         "generator (talker + code predictor) threads",
         Bounds(1, 64),
-        default=3,
+        default=4,
     )
     decoder_threads: int = _opt(
         "KZTTS_DECODER_THREADS", "speech decoder threads", Bounds(1, 64), default=2
