@@ -116,6 +116,15 @@ def test_option_schema_is_valid_and_accepts_its_defaults() -> None:
     assert set(translated) == set(options)
 
 
+def test_the_add_ons_defaults_are_the_servers() -> None:
+    """An option the server also has starts at the server's default."""
+    options = load("config.yaml")["options"]
+    defaults = EngineSettings()
+    for name in ("threads", "decoder_precision", "quant", "speakable_text", "prebuffer"):
+        assert options[name] == getattr(defaults, name), name
+    assert options["model"] == build_parser().parse_args([]).model
+
+
 def addon_run() -> ModuleType:
     spec = importlib.util.spec_from_file_location("addon_run", ADDON / "run.py")
     assert spec is not None and spec.loader is not None

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import socket
 import subprocess
@@ -250,6 +251,9 @@ def test_discovery_and_retained_states(service: TtsService, broker: Broker) -> N
         by_key = {t.split("/")[3]: json.loads(m[0].payload) for t, m in configs.items()}
         assert by_key["default_voice"]["options"] == [v.name for v in service.voices.voices]
         assert by_key["stream_chunk"]["min"] == 0 and by_key["stream_chunk"]["max"] == 64
+        # Every count up to twice the cores, the default among them on a 2-core box.
+        counts = {str(n) for n in range(1, min(64, 2 * (os.cpu_count() or 4)) + 1)}
+        assert counts <= set(by_key["threads"]["options"])
         assert by_key["ttfa"]["device_class"] == "duration"
         assert by_key["ttfa"]["unit_of_measurement"] == "s"
         assert by_key["served"]["state_class"] == "total_increasing"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,6 +297,11 @@ class Engine:
         encoder = SpeakerEncoder(self._encoder_file("speaker_encoder.gguf"), threads=1)
         return int(encoder.sample_rate)  # its weights are mapped, not read: cheap to open
 
+    def _encoder_threads(self) -> int:
+        """The encoders run ggml graphs, whose threads spin at every node until all arrive:
+        more of them than the usable cores only wait for one another."""
+        return max(1, min(self.settings.threads, len(os.sched_getaffinity(0))))
+
     def clone_prompt(
         self, samples: np.ndarray, sample_rate: int, ref_text: str | None = None
     ) -> VoicePrompt:
@@ -306,7 +312,7 @@ class Engine:
         encoders are loaded for the call only (voices are made rarely; their weights are not
         kept)."""
         speaker_encoder = SpeakerEncoder(
-            self._encoder_file("speaker_encoder.gguf"), threads=self.settings.threads
+            self._encoder_file("speaker_encoder.gguf"), threads=self._encoder_threads()
         )
         embedding = speaker_encoder.embed(
             resample(samples, sample_rate, speaker_encoder.sample_rate)
@@ -315,7 +321,7 @@ class Engine:
         if ref_text is None or not ref_text.strip():
             return VoicePrompt(speaker_embedding=embedding)
         speech_encoder = SpeechEncoder(
-            self._encoder_file("speech_encoder.gguf"), threads=self.settings.threads
+            self._encoder_file("speech_encoder.gguf"), threads=self._encoder_threads()
         )
         codes, _ = speech_encoder.encode(resample(samples, sample_rate, speech_encoder.sample_rate))
         return VoicePrompt(

@@ -201,11 +201,12 @@ class MqttBridge:
         self._tls = ssl.create_default_context(cafile=config.ca_file) if config.tls else None
         # Unset temperature means the model's own; Home Assistant is shown that value.
         self._model_temperature = float(service.model_default("temperature"))
-        # A thread count beyond the cores only slows the engine down; the current one is
+        # Up to twice the cores: the generator's spare threads keep its share of busy cores
+        # (the default is twice a 2-core box's), more only add waits. The current count is
         # always an option so that Home Assistant can show it.
         threads = EngineSettings.bounds("threads")
         low, high = int(threads.low or 1), int(threads.high or 1)
-        max_threads = min(high, os.cpu_count() or 8)
+        max_threads = min(high, 2 * (os.cpu_count() or 4))
         self._thread_options = [
             str(n) for n in sorted(set(range(low, max_threads + 1)) | {service.settings.threads})
         ]
