@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from .native import (
     resolve_placement,
     tool_path,
 )
-from .settings import PARTS, EngineSettings
+from .settings import PARTS, EngineSettings, usable_cpus
 from .synthesis import Pipeline, Synthesis
 from .tokenizer import TextTokenizer
 from .voices.recording import resample
@@ -300,7 +299,7 @@ class Engine:
     def _encoder_threads(self) -> int:
         """The encoders run ggml graphs, whose threads spin at every node until all arrive:
         more of them than the usable cores only wait for one another."""
-        return max(1, min(self.settings.threads, len(os.sched_getaffinity(0))))
+        return max(1, min(self.settings.threads, usable_cpus()))
 
     def clone_prompt(
         self, samples: np.ndarray, sample_rate: int, ref_text: str | None = None

@@ -116,6 +116,14 @@ def _part_placement(part: str, what: str, unset: str = "backend") -> Any:
     )
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     # The default is twice the 2 cores of the smallest box we size for: the generator's tasks

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from wyoming_kazeia import native
+from wyoming_kazeia.settings import usable_cpus  # noqa: F401 - the benches take it from here
 
 logger = logging.getLogger("bench")
 
@@ -111,14 +112,6 @@ def warn_if_busy(machine: dict[str, Any]) -> None:
 
 # CPU flags that matter to ggml's CPU kernels (shown beside the features ggml was built with).
 CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def machine_info() -> dict[str, Any]:
