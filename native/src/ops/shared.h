@@ -100,45 +100,84 @@ inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t
     for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(row + d);  // 64-byte lines
 }
 
+// Positions the weighted sum of the value rows takes at a time: their rows stay in the L1
+// cache while each block of ATTENTION_BLOCK output floats sums over them in registers.
+inline constexpr int64_t ATTENTION_TILE = 32;
+inline constexpr int64_t ATTENTION_BLOCK = 32;
+
+// out[0..n) += w[c] * rows[c][0..n) for the positions c in [c0, c1) that the mask lets through,
+// in the order of c (as a plain loop over the positions would add them).
+template <int64_t N>
+__attribute__((always_inline)) inline void add_weighted_rows(float *out, int64_t n, const float *w,
+                                                             const float *mask, const float *rows,
+                                                             int64_t stride, int64_t c0, int64_t c1) {
+    float acc[ATTENTION_BLOCK];
+    for (int64_t j = 0; j < (N ? N : n); ++j) acc[j] = out[j];
+    for (int64_t c = c0; c < c1; ++c) {
+        if (mask[c] == -INFINITY) continue;
+        const float wc = w[c], *row = rows + c * stride;
+#pragma GCC unroll 32
+        for (int64_t j = 0; j < (N ? N : n); ++j) acc[j] += wc * row[j];
+    }
+    for (int64_t j = 0; j < (N ? N : n); ++j) out[j] = acc[j];
+}
+
 // One (query, key/value head): scores (each a `dot` of the query and key rows), softmax, then
 // the weighted sum of the value rows, for the `group` query heads that share that key/value
-// head together, so that each key and value row is read once for all of them (a long
-// synthesis's talker attention is bound by reading its cache). Each head's sums run in the same
-// order as one head alone would. Always inlined, so that a vector path's caller compiles it for
-// its instructions (the weighted sums' multiply-adds included).
+// head together, so that each key and value row is read from memory once for all of them (a
+// long synthesis's talker attention is bound by reading its cache). Only the positions from the
+// first to the last that the mask lets through are read (a talker's cache grows by blocks whose
+// slots ahead are masked). Each output float is summed in the same order as a plain loop over
+// the positions would (tiles of positions, blocks of outputs held in registers in between).
+// Always inlined, so that a vector path's caller compiles it for its instructions (the weighted
+// sums' multiply-adds included).
 template <float (*dot)(const float *, const float *, int64_t)>
 __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, int64_t t) {
     const int64_t n_groups = a.nh / a.group, i = t / n_groups, g = t % n_groups;
     const float *row_mask = a.md + i * a.n_kv;
-    thread_local std::vector<float> scores, max_score, total;  // scores: [group][n_kv]
-    scores.resize(a.group * a.n_kv);
+    int64_t c0 = 0, c1 = a.n_kv;
+    while (c0 < c1 && row_mask[c0] == -INFINITY) ++c0;
+    while (c1 > c0 && row_mask[c1 - 1] == -INFINITY) --c1;
+    const int64_t n = c1 - c0;
+    thread_local std::vector<float> weights, max_score, total;  // weights: [group][n]
+    weights.resize(a.group * n);
     max_score.assign(a.group, -INFINITY);
     total.assign(a.group, 0.0f);
     const float *q0 = a.qd + (i * a.nh + g * a.group) * a.hd;
     const float *k_rows = a.kd + g * a.head_stride, *v_rows = a.vd + g * a.head_stride;
-    for (int64_t c = 0; c < a.n_kv; ++c) {
+    for (int64_t c = c0; c < c1; ++c) {
         const float *kv = k_rows + c * a.row_stride;
-        prefetch_ahead(k_rows, c, a.n_kv, a.row_stride, a.hd);
+        prefetch_ahead(k_rows, c, c1, a.row_stride, a.hd);
         for (int64_t h = 0; h < a.group; ++h) {
             const float s = row_mask[c] == -INFINITY
                                 ? -INFINITY
                                 : dot(q0 + h * a.hd, kv, a.hd) * a.scale + row_mask[c];
-            scores[h * a.n_kv + c] = s;
+            weights[h * n + c - c0] = s;
             max_score[h] = std::max(max_score[h], s);
+        }
+    }
+    for (int64_t h = 0; h < a.group; ++h) {
+        float *w = weights.data() + h * n;
+        for (int64_t c = 0; c < n; ++c) {
+            if (w[c] == -INFINITY) continue;
+            w[c] = std::exp(w[c] - max_score[h]);
+            total[h] += w[c];
         }
     }
     float *o0 = a.od + (i * a.nh + g * a.group) * a.hd;
     std::fill(o0, o0 + a.group * a.hd, 0.0f);
-    for (int64_t c = 0; c < a.n_kv; ++c) {
-        const float *vv = v_rows + c * a.row_stride;
-        prefetch_ahead(v_rows, c, a.n_kv, a.row_stride, a.hd);
+    for (int64_t tile = c0; tile < c1; tile += ATTENTION_TILE) {
+        const int64_t end = std::min(tile + ATTENTION_TILE, c1);
+        for (int64_t c = tile; c < end; ++c) prefetch_ahead(v_rows, c, c1, a.row_stride, a.hd);
         for (int64_t h = 0; h < a.group; ++h) {
-            const float s = scores[h * a.n_kv + c];
-            if (s == -INFINITY) continue;
-            const float w = std::exp(s - max_score[h]);
-            total[h] += w;
+            const float *w = weights.data() + h * n - c0;
             float *o = o0 + h * a.hd;
-            for (int64_t d = 0; d < a.hd; ++d) o[d] += w * vv[d];
+            int64_t d = 0;
+            for (; d + ATTENTION_BLOCK <= a.hd; d += ATTENTION_BLOCK)
+                add_weighted_rows<ATTENTION_BLOCK>(o + d, ATTENTION_BLOCK, w, row_mask, v_rows + d,
+                                                   a.row_stride, tile, end);
+            if (d < a.hd)
+                add_weighted_rows<0>(o + d, a.hd - d, w, row_mask, v_rows + d, a.row_stride, tile, end);
         }
     }
     for (int64_t h = 0; h < a.group; ++h) {
