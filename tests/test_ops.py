@@ -102,6 +102,25 @@ def test_attention_reads_only_the_slots_in_use_of_either_layout(
     np.testing.assert_allclose(ours, attention_numpy(q, k, v, mask, kv_heads, scale), atol=1e-5)
 
 
+@pytest.mark.parametrize("hd", [48, 80, 128])
+def test_attention_over_many_positions_with_masked_slots_between(hd: int) -> None:
+    """Rows longer than the op's tiles of positions, heads wider than its blocks of outputs (and
+    not a multiple of them), masked slots before, between and after the ones a query sees, in a
+    head-major cache with spare slots: against float64 numpy."""
+    rng = np.random.default_rng(hd)
+    n, n_kv, heads, kv_heads = 3, 100, 4, 2
+    q = rng.standard_normal((n, heads, hd)).astype(np.float32)
+    k = rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32)
+    v = rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32)
+    mask = np.where(rng.random((n, n_kv)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    mask[:, :5] = -np.inf
+    mask[:, 90:] = -np.inf
+    mask[:, 40] = 0.0  # every query sees something
+    scale = hd**-0.5
+    ours = testing.window_attention(q, k, v, mask, kv_heads, scale, cache_capacity=n_kv + 7)
+    np.testing.assert_allclose(ours, attention_numpy(q, k, v, mask, kv_heads, scale), atol=1e-5)
+
+
 def test_window_attention_rejects_bad_shapes() -> None:
     q = np.zeros((2, 4, 8), np.float32)
     kv = np.zeros((3, 16), np.float32)

@@ -341,9 +341,10 @@ def test_stream_sentences_are_linear_and_bounded() -> None:
 
 def test_describe_stays_fast_while_a_client_floods_a_stream(server: ServerThread) -> None:
     """One client streams 1 MB of unpunctuated text in 2000 chunks; another client's describe
-    is answered in well under 100 ms all along (the median: the synthesis's threads, the
-    flood's and the bystander's loops share 2 cores and the GIL with the server here, so one
-    answer now and then waits its turn for tens of ms) and never stalls."""
+    is answered in under 50 ms typically (the median) and under 100 ms all along but for one
+    answer at most, which must still come within 250 ms: here the synthesis's threads and the
+    flood's and the bystander's loops share 2 cores and the GIL with the server, so an answer
+    now and then waits its turn for a core."""
     chunk = SynthesizeChunk(("word " * 100).strip() + " ").event()
 
     async def flood() -> None:
@@ -370,7 +371,8 @@ def test_describe_stays_fast_while_a_client_floods_a_stream(server: ServerThread
 
     latencies = run(go())
     assert len(latencies) >= 5, latencies
-    assert statistics.median(latencies) < 0.05 and max(latencies) < 0.5, latencies
+    assert statistics.median(latencies) < 0.05, latencies
+    assert sum(t > 0.1 for t in latencies) <= 1 and max(latencies) < 0.25, latencies
 
 
 def test_describe_answers_fast_during_a_synthesis(server: ServerThread) -> None:

@@ -93,11 +93,13 @@ struct AttentionRow {
 // as the decoder's do, a wide row puts each next one on a new page, where the hardware
 // prefetchers stop), so the rows a few positions ahead are asked for here.
 inline constexpr int64_t ATTENTION_PREFETCH = 16;  // positions ahead
+// Asks for the `n` floats of `row`.
+inline void prefetch_row(const float *row, int64_t n) {
+    for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(row + d);  // 64-byte lines
+}
 // Asks for the `n` floats of `rows`' row c + ATTENTION_PREFETCH (rows `stride` apart), if any.
 inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t stride, int64_t n) {
-    if (c + ATTENTION_PREFETCH >= n_rows) return;
-    const float *row = rows + (c + ATTENTION_PREFETCH) * stride;
-    for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(row + d);  // 64-byte lines
+    if (c + ATTENTION_PREFETCH < n_rows) prefetch_row(rows + (c + ATTENTION_PREFETCH) * stride, n);
 }
 
 // Positions the weighted sum of the value rows takes at a time: their rows stay in the L1
@@ -105,20 +107,25 @@ inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t
 inline constexpr int64_t ATTENTION_TILE = 32;
 inline constexpr int64_t ATTENTION_BLOCK = 32;
 
-// out[0..n) += w[c] * rows[c][0..n) for the positions c in [c0, c1) that the mask lets through,
-// in the order of c (as a plain loop over the positions would add them).
+// out[0..n) += w[c] * rows[c][0..n) for the positions c in [c0, c1) whose weight is not -inf
+// (a masked position's), in the order of c, as a plain loop over the positions adds them.
+// N = ATTENTION_BLOCK: a full block, its accumulators in registers (every loop over them
+// unrolled, see KAZEIA_UNROLL_COLUMNS); N = 0: a block's last n < ATTENTION_BLOCK outputs.
 template <int64_t N>
 __attribute__((always_inline)) inline void add_weighted_rows(float *out, int64_t n, const float *w,
-                                                             const float *mask, const float *rows,
-                                                             int64_t stride, int64_t c0, int64_t c1) {
-    float acc[ATTENTION_BLOCK];
+                                                             const float *rows, int64_t stride,
+                                                             int64_t c0, int64_t c1) {
+    static_assert(N == 0 || N == ATTENTION_BLOCK, "a full block or a tail");
+    float acc[ATTENTION_BLOCK] = {};
+#pragma GCC unroll 32
     for (int64_t j = 0; j < (N ? N : n); ++j) acc[j] = out[j];
     for (int64_t c = c0; c < c1; ++c) {
-        if (mask[c] == -INFINITY) continue;
+        if (w[c] == -INFINITY) continue;
         const float wc = w[c], *row = rows + c * stride;
 #pragma GCC unroll 32
         for (int64_t j = 0; j < (N ? N : n); ++j) acc[j] += wc * row[j];
     }
+#pragma GCC unroll 32
     for (int64_t j = 0; j < (N ? N : n); ++j) out[j] = acc[j];
 }
 
@@ -134,50 +141,57 @@ __attribute__((always_inline)) inline void add_weighted_rows(float *out, int64_t
 template <float (*dot)(const float *, const float *, int64_t)>
 __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, int64_t t) {
     const int64_t n_groups = a.nh / a.group, i = t / n_groups, g = t % n_groups;
-    const float *row_mask = a.md + i * a.n_kv;
+    const float *mask = a.md + i * a.n_kv;
     int64_t c0 = 0, c1 = a.n_kv;
-    while (c0 < c1 && row_mask[c0] == -INFINITY) ++c0;
-    while (c1 > c0 && row_mask[c1 - 1] == -INFINITY) --c1;
+    while (c0 < c1 && mask[c0] == -INFINITY) ++c0;
+    while (c1 > c0 && mask[c1 - 1] == -INFINITY) --c1;
+    // From here on the positions c0 .. c1 - 1 are 0 .. n - 1.
     const int64_t n = c1 - c0;
-    thread_local std::vector<float> weights, max_score, total;  // weights: [group][n]
-    weights.resize(a.group * n);
-    max_score.assign(a.group, -INFINITY);
-    total.assign(a.group, 0.0f);
+    mask += c0;
+    const float *k_rows = a.kd + g * a.head_stride + c0 * a.row_stride;
+    const float *v_rows = a.vd + g * a.head_stride + c0 * a.row_stride;
+    thread_local std::vector<float> weights_of_thread;
+    weights_of_thread.resize(a.group * (n + 2));
+    float *const weights = weights_of_thread.data();  // [group][n]: the scores, then their exps
+    float *const max_score = weights + a.group * n, *const total = max_score + a.group;
+    std::fill(max_score, max_score + a.group, -INFINITY);
     const float *q0 = a.qd + (i * a.nh + g * a.group) * a.hd;
-    const float *k_rows = a.kd + g * a.head_stride, *v_rows = a.vd + g * a.head_stride;
-    for (int64_t c = c0; c < c1; ++c) {
+    for (int64_t c = 0; c < n; ++c) {
         const float *kv = k_rows + c * a.row_stride;
-        prefetch_ahead(k_rows, c, c1, a.row_stride, a.hd);
+        prefetch_ahead(k_rows, c, n, a.row_stride, a.hd);
         for (int64_t h = 0; h < a.group; ++h) {
-            const float s = row_mask[c] == -INFINITY
-                                ? -INFINITY
-                                : dot(q0 + h * a.hd, kv, a.hd) * a.scale + row_mask[c];
-            weights[h * n + c - c0] = s;
+            const float s = mask[c] == -INFINITY ? -INFINITY
+                                                 : dot(q0 + h * a.hd, kv, a.hd) * a.scale + mask[c];
+            weights[h * n + c] = s;
             max_score[h] = std::max(max_score[h], s);
         }
     }
     for (int64_t h = 0; h < a.group; ++h) {
-        float *w = weights.data() + h * n;
+        float *w = weights + h * n, sum = 0.0f;
+        const float max_h = max_score[h];
         for (int64_t c = 0; c < n; ++c) {
             if (w[c] == -INFINITY) continue;
-            w[c] = std::exp(w[c] - max_score[h]);
-            total[h] += w[c];
+            w[c] = std::exp(w[c] - max_h);
+            sum += w[c];
         }
+        total[h] = sum;
     }
     float *o0 = a.od + (i * a.nh + g * a.group) * a.hd;
     std::fill(o0, o0 + a.group * a.hd, 0.0f);
-    for (int64_t tile = c0; tile < c1; tile += ATTENTION_TILE) {
-        const int64_t end = std::min(tile + ATTENTION_TILE, c1);
-        for (int64_t c = tile; c < end; ++c) prefetch_ahead(v_rows, c, c1, a.row_stride, a.hd);
+    for (int64_t c = 0; c < std::min(n, ATTENTION_TILE); ++c)  // the first tile's
+        prefetch_row(v_rows + c * a.row_stride, a.hd);
+    for (int64_t tile = 0; tile < n; tile += ATTENTION_TILE) {
+        const int64_t end = std::min(tile + ATTENTION_TILE, n);
+        for (int64_t c = end; c < std::min(end + ATTENTION_TILE, n); ++c)  // the next tile's
+            prefetch_row(v_rows + c * a.row_stride, a.hd);
         for (int64_t h = 0; h < a.group; ++h) {
-            const float *w = weights.data() + h * n - c0;
+            const float *w = weights + h * n;
             float *o = o0 + h * a.hd;
             int64_t d = 0;
             for (; d + ATTENTION_BLOCK <= a.hd; d += ATTENTION_BLOCK)
-                add_weighted_rows<ATTENTION_BLOCK>(o + d, ATTENTION_BLOCK, w, row_mask, v_rows + d,
-                                                   a.row_stride, tile, end);
-            if (d < a.hd)
-                add_weighted_rows<0>(o + d, a.hd - d, w, row_mask, v_rows + d, a.row_stride, tile, end);
+                add_weighted_rows<ATTENTION_BLOCK>(o + d, ATTENTION_BLOCK, w, v_rows + d, a.row_stride,
+                                                   tile, end);
+            if (d < a.hd) add_weighted_rows<0>(o + d, a.hd - d, w, v_rows + d, a.row_stride, tile, end);
         }
     }
     for (int64_t h = 0; h < a.group; ++h) {
