@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from wyoming_kazeia import native
-from wyoming_kazeia.settings import usable_cpus  # noqa: F401 - the benches take it from here
+from wyoming_kazeia.settings import usable_cpus
 
 logger = logging.getLogger("bench")
 

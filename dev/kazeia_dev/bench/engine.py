@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from wyoming_kazeia.settings import PARTS, QUANT_TYPES, EngineSettings
+from wyoming_kazeia.settings import PARTS, QUANT_TYPES, EngineSettings, usable_cpus
 
 from .common import (
     GEN_SENTENCE,
@@ -26,7 +26,6 @@ from .common import (
     machine_info,
     parse_chunks,
     print_result,
-    usable_cpus,
     warn_if_busy,
 )
 from .competing_load import LOAD_PROGRAMS

@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from wyoming_kazeia.settings import usable_cpus
+
 from .common import (
     REPO_ROOT,
     BenchError,
     ensure_checkpoint,
     logger,
     run_json_child,
-    usable_cpus,
 )
 
 VOX_VERSION = "0.19.5"
