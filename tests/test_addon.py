@@ -110,6 +110,8 @@ def test_option_schema_is_valid_and_accepts_its_defaults() -> None:
     assert schema["quant"] == f"list({'|'.join(QUANT_TYPES)})"
     precisions = EngineSettings.bounds("decoder_precision").choices
     assert schema["decoder_precision"] == f"list({'|'.join(precisions)})"
+    cache_types = EngineSettings.bounds("kv_cache_type").choices
+    assert schema["kv_cache_type"] == f"list({'|'.join(cache_types)})"
     threads = EngineSettings.bounds("threads")
     assert schema["threads"] == f"int({threads.low:g},{threads.high:g})"
     translated = load("translations/en.yaml")["configuration"]
@@ -120,7 +122,14 @@ def test_the_add_ons_defaults_are_the_servers() -> None:
     """An option the server also has starts at the server's default."""
     options = load("config.yaml")["options"]
     defaults = EngineSettings()
-    for name in ("threads", "decoder_precision", "quant", "speakable_text", "prebuffer"):
+    for name in (
+        "threads",
+        "decoder_precision",
+        "kv_cache_type",
+        "quant",
+        "speakable_text",
+        "prebuffer",
+    ):
         assert options[name] == getattr(defaults, name), name
     assert options["model"] == build_parser().parse_args([]).model
 
@@ -143,7 +152,7 @@ def test_every_option_maps_to_the_server_flag_its_parser_takes(name: str) -> Non
     example = {"model": "/share/model", "quant": "q4_k", "voice": "ryan-fr", "threads": 5,
                "voice_model": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "debug": True,
                "speakable_text": False, "prebuffer": False,
-               "decoder_precision": "bf16"}  # fmt: skip
+               "decoder_precision": "bf16", "kv_cache_type": "f32"}  # fmt: skip
     options[name] = example[name]
     flags = addon_run().server_flags(options, None, "/tmp/unused")
     args = build_parser().parse_args(flags)

@@ -109,12 +109,16 @@ def test_greedy_codes_equal_the_official_ones(
     assert np.array_equal(codes, ref_array(model, f"{mode}_codes"))
 
 
+@pytest.mark.parametrize("kv_cache_type", ["f32", "f16"])
 def test_the_quantized_prefill_gives_the_x86_codes(
-    arm64: None, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+    arm64: None, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, kv_cache_type: str
 ) -> None:
     """A q8_0 talker wide enough for its quant blocks: the prompt's prefill runs the q8_0 GEMM
     (here its NEON dot-product path: qemu's CPU has it), whose every path gives the same bits,
-    so the greedy codes equal those of the native x86-64 build."""
+    so the greedy codes equal those of the native x86-64 build. With an f16 K/V cache (the NEON
+    widening and paired scores against F16C's) the first frame's: what the prompt's rows give
+    through the rounded cache; the same values summed in other orders, later frames of random
+    weights reach near-ties whose argmax the order decides (measured: codes 2-15 of frame 4)."""
     base = tmp_path_factory.getbasetemp() / "mid-arm64"
     talker = base / "talker-q8_0.gguf"
     if not talker.exists():
@@ -126,6 +130,7 @@ def test_the_quantized_prefill_gives_the_x86_codes(
     ids.tofile(ids_path)
     args = [talker, ids_path, len(ids)]
     flags = ["--speaker", "vivian", "--language", "english", "--greedy", "--max-frames", 12]
+    flags += ["--kv-cache-type", kv_cache_type]
     native_out, arm_out = tmp_path / "x86.bin", tmp_path / "arm64.bin"
     native_cli = str(Path(sys.executable).parent / "kazeia-generate")
     x86 = subprocess.run(
@@ -137,4 +142,6 @@ def test_the_quantized_prefill_gives_the_x86_codes(
     assert r.returncode == 0, r.stderr
     codes = np.fromfile(arm_out, dtype="<i4").reshape(-1, 16)
     assert len(codes) == 12
-    assert np.array_equal(codes, np.fromfile(native_out, dtype="<i4").reshape(-1, 16))
+    compared = 12 if kv_cache_type == "f32" else 1
+    x86_codes = np.fromfile(native_out, dtype="<i4").reshape(-1, 16)
+    assert np.array_equal(codes[:compared], x86_codes[:compared])

@@ -44,6 +44,7 @@ ENTITIES = {
     ("select", "threads"),
     ("select", "backend"),
     ("select", "decoder_precision"),
+    ("select", "kv_cache_type"),
     ("number", "stream_chunk"),
     ("number", "temperature"),
     ("switch", "speakable_text"),
@@ -349,6 +350,7 @@ def test_commands_apply_to_the_next_synthesis(service: TtsService, broker: Broke
                 ("backend", "auto", "auto"),
                 ("backend", "cpu", "cpu"),
                 ("decoder_precision", "bf16", "bf16"),
+                ("kv_cache_type", "f16", "f16"),
                 ("default_voice", "serena-en", "serena-en"),
                 ("speakable_text", "OFF", "OFF"),
                 ("prebuffer", "OFF", "OFF"),
@@ -365,6 +367,7 @@ def test_commands_apply_to_the_next_synthesis(service: TtsService, broker: Broke
             assert len(chunks) == 1 + math.ceil(39 / 8) == service.status.last.n_chunks
             assert service.engine.generator.threads == 1
             assert service.engine.decoder.precision == "bf16"
+            assert service.engine.generator.kv_cache_type == "f16"
             await until(lambda: state(ha, "served") == "2")
 
             # Home Assistant restarted: discovery is published again.
@@ -397,6 +400,7 @@ def test_bad_commands_are_rejected_and_the_state_republished(
                 ("backend", "gpu"),
                 ("backend", "cuda:7"),
                 ("decoder_precision", "f16"),
+                ("kv_cache_type", "bf16"),
                 ("speakable_text", "on"),
                 ("prebuffer", "yes"),
                 ("default_voice", "nobody"),

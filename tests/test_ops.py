@@ -121,6 +121,66 @@ def test_attention_over_many_positions_with_masked_slots_between(hd: int) -> Non
     np.testing.assert_allclose(ours, attention_numpy(q, k, v, mask, kv_heads, scale), atol=1e-5)
 
 
+# The talker's attention over an f16 cache (kv_cache_type f16) with grouped heads of two
+# (scored in pairs) and of one, rows longer than the op's tiles, masked and spare slots: ours and
+# float64 numpy's on the values the cache holds (rounded to f16), every case concatenated.
+F16_CACHE_ATTENTION = """
+import sys
+import numpy as np
+from wyoming_kazeia._native import testing
+ours, ref = [], []
+for heads, kv_heads, hd, n_kv in [(4, 2, 128, 100), (4, 2, 40, 37), (3, 3, 48, 70)]:
+    rng = np.random.default_rng(hd)
+    q = rng.standard_normal((2, heads, hd)).astype(np.float32)
+    k, v = (3 * rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32) for _ in "kv")
+    mask = np.where(rng.random((2, n_kv)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    mask[:, :3] = -np.inf
+    mask[:, 30] = 0.0
+    out = testing.window_attention(q, k, v, mask, kv_heads, hd**-0.5, n_kv + 5, False, "f16")
+    kr, vr = (x.astype(np.float16).astype(np.float64) for x in (k, v))
+    group = heads // kv_heads
+    expected = np.zeros((2, heads, hd))
+    for h in range(heads):
+        g = h // group
+        s = q[:, h].astype(np.float64) @ kr[:, g * hd : (g + 1) * hd].T * hd**-0.5 + mask
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        expected[:, h] = (p / p.sum(axis=1, keepdims=True)) @ vr[:, g * hd : (g + 1) * hd]
+    ours.append(out.ravel())
+    ref.append(expected.ravel())
+np.savez(sys.argv[1], ours=np.concatenate(ours), numpy=np.concatenate(ref))
+"""
+
+
+@pytest.mark.parametrize("kernels", ["", "portable"], ids=["this-cpu", "portable"])
+def test_an_f16_cache_is_attended_as_the_values_it_holds(kernels: str, tmp_path: Path) -> None:
+    """kv_cache_type f16: the op widens the stored halves exactly and then computes in f32, so
+    its result is the attention of the rounded keys and values (float64 numpy on them) within
+    f32 sums; against the unrounded ones it would be off by ~1e-3."""
+    got = run_fresh(F16_CACHE_ATTENTION, tmp_path / "out.npz", [], {"KAZEIA_KERNELS": kernels})
+    ours, expected = got["ours"], got["numpy"]
+    assert np.isfinite(ours).all()
+    np.testing.assert_allclose(ours, expected, atol=2e-5)
+
+
+@pytest.mark.parametrize("in_ggml_ops", [False, True], ids=["our-op", "ggml-ops"])
+def test_an_f16_cache_gives_the_same_attention_in_our_op_and_in_ggml_ops(in_ggml_ops: bool) -> None:
+    """A GPU's talker reads its f16 cache through ggml's ops (widened to f32 first, so that the
+    query and the weights are not rounded too): the same values as our op, within f32 sums."""
+    rng = np.random.default_rng(7)
+    n, n_kv, hd, heads, kv_heads = 3, 45, 64, 4, 2
+    q = rng.standard_normal((n, heads, hd)).astype(np.float32)
+    k, v = (rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32) for _ in "kv")
+    mask = np.zeros((n, n_kv), np.float32)
+    mask[:, 40:] = -np.inf
+    scale = hd**-0.5
+    kr, vr = (x.astype(np.float16).astype(np.float32) for x in (k, v))
+    ours = testing.window_attention(
+        q, k, v, mask, kv_heads, scale, cache_capacity=n_kv + 3, in_ggml_ops=in_ggml_ops,
+        cache_type="f16",
+    )  # fmt: skip
+    np.testing.assert_allclose(ours, attention_numpy(q, kr, vr, mask, kv_heads, scale), atol=1e-5)
+
+
 def test_window_attention_rejects_bad_shapes() -> None:
     q = np.zeros((2, 4, 8), np.float32)
     kv = np.zeros((3, 16), np.float32)

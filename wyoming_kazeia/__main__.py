@@ -455,9 +455,11 @@ def _banner(service: TtsService, origin: str, model_dir: Path, load_s: float) ->
         "Kazeia TTS %s ready in %.1f s: %s (%s)", __version__, load_s, service.model_name, where
     )
     _LOGGER.info(
-        "threads %d generator + %d decoder, stream chunk %d; default voice %s of %d voices",
+        "threads %d generator + %d decoder, talker K/V cache %s, stream chunk %d; default voice "
+        "%s of %d voices",
         s.threads,
         s.decoder_threads,
+        service.engine.generator.kv_cache_type,
         s.stream_chunk,
         service.default_voice,
         len(service.voices.voices),

@@ -9,6 +9,7 @@ from .errors import ModelError as ModelError
 DECODER_GPU_CHUNK_FRAMES: int
 DECODER_MAX_CHUNK_FRAMES: int
 DECODER_PRECISIONS: tuple[str, ...]
+KV_CACHE_TYPES: tuple[str, ...]
 KERNEL_ISA: str
 PROMPT_ROLE_TOKENS: int
 PROMPT_TRAILER_TOKENS: int
@@ -171,6 +172,10 @@ class Generator:
     @threads.setter
     def threads(self, value: int) -> None: ...
     @property
+    def kv_cache_type(self) -> str: ...
+    @kv_cache_type.setter
+    def kv_cache_type(self, value: str) -> None: ...
+    @property
     def speakers(self) -> list[str]: ...
     @property
     def languages(self) -> list[str]: ...
@@ -231,6 +236,7 @@ class _Testing:
         n: int,
     ) -> list[int]: ...
     Q8_GEMM_ISA: str
+    KV_BLOCK: int  # the talker cache's slots added at a time
     def conv_gemm(
         self,
         w: npt.ArrayLike,
@@ -264,6 +270,7 @@ class _Testing:
         scale: float,
         cache_capacity: int = 0,
         in_ggml_ops: bool = False,
+        cache_type: str = "f32",
     ) -> npt.NDArray[np.float32]: ...
 
 testing: _Testing

@@ -49,9 +49,13 @@ SUBPROCESS_PER_FRAME_S = 0.5
 PRIMED_VOICES = 8
 # What the engine has loaded follows these settings: a synthesis cannot change them, only
 # apply_settings (which reloads the part they concern).
-LOADED_SETTINGS = ("threads", "decoder_threads", "decoder_precision", "backend") + tuple(
-    f"{part}_backend" for part in PARTS
-)
+LOADED_SETTINGS = (
+    "threads",
+    "kv_cache_type",
+    "decoder_threads",
+    "decoder_precision",
+    "backend",
+) + tuple(f"{part}_backend" for part in PARTS)
 
 
 def follows_instructions(kind: str, size: str) -> bool:
@@ -183,13 +187,15 @@ class Engine:
         self._files = files
 
     def _load_generator(self, threads: int, devices: dict[str, str]) -> Generator:
-        return Generator(
+        generator = Generator(
             str(self.model_dir / "talker.gguf"),
             threads=threads,
             polite=True,
             talker_device=devices["talker"],
             predictor_device=devices["predictor"],
         )
+        generator.kv_cache_type = self.settings.kv_cache_type
+        return generator
 
     def _load_decoder(self, threads: int) -> SpeechDecoder:
         return SpeechDecoder(
@@ -209,13 +215,15 @@ class Engine:
 
     def apply_settings(self, settings: EngineSettings) -> None:
         """Makes `settings` the defaults of the next syntheses. Call it only while no synthesis
-        runs. The generator takes a new thread count as it is (each generation makes its own
-        threads); a changed placement loads it again (its weights move to the new device). The
-        decoder owns its threads, so a changed count reloads it, when next used."""
+        runs. The generator takes a new thread count and K/V cache type as they are (each
+        generation makes its own threads and cache); a changed placement loads it again (its
+        weights move to the new device). The decoder owns its threads, so a changed count
+        reloads it, when next used."""
         devices = resolve_placements(settings)
         if any(devices[p] != self.devices[p] for p in ("talker", "predictor")):
             self.generator = self._load_generator(settings.threads, devices)
         self.generator.threads = settings.threads
+        self.generator.kv_cache_type = settings.kv_cache_type
         if settings.decoder_precision != self.settings.decoder_precision:
             # Other samples: the saved decoder states of the old precision do not continue them.
             with self._primed_lock:

@@ -177,8 +177,8 @@ class MqttBridge:
         <prefix>/status                               Home Assistant's "online": discovery again
 
     Entities: select default_voice, threads, backend (the compute device of the talker and
-    code predictor, unless their own settings say) and decoder_precision; number stream_chunk
-    and temperature (an unset temperature shows the model's own value); switches
+    code predictor, unless their own settings say), decoder_precision and kv_cache_type; number
+    stream_chunk and temperature (an unset temperature shows the model's own value); switches
     speakable_text and prebuffer; sensors ttfa, rtf, audio_seconds (of the last synthesis;
     "None", i.e. unknown, before the first), served, queue_depth and engine_state.
 
@@ -299,6 +299,18 @@ class MqttBridge:
                     "options": list(EngineSettings.bounds("decoder_precision").choices),
                     "entity_category": "config",
                     "icon": "mdi:chip",
+                },
+            ),
+            _Entity(
+                "select",
+                "kv_cache_type",
+                "K/V cache type",
+                lambda: service.settings.kv_cache_type,
+                lambda text: self._set(kv_cache_type=text),
+                {
+                    "options": list(EngineSettings.bounds("kv_cache_type").choices),
+                    "entity_category": "config",
+                    "icon": "mdi:memory",
                 },
             ),
             _Entity(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .errors import SettingsError
-from .native import DECODER_GPU_CHUNK_FRAMES, DECODER_PRECISIONS
+from .native import DECODER_GPU_CHUNK_FRAMES, DECODER_PRECISIONS, KV_CACHE_TYPES
 
 # The talker's weight types (the converter's --type): ggml's, from most exact to smallest, and
 # q4_k_mix: 4-bit talker attention and MLP, q8_0 elsewhere (docs/hardware.md "Which weight type"
@@ -147,6 +147,16 @@ class EngineSettings:
         "or bf16 (rounded to 8 significant bits: faster on CPUs with AMX)",
         Bounds(choices=DECODER_PRECISIONS),
         default="f32",
+    )
+    # f16 halves the bytes each step of a long answer reads (the talker attends to every earlier
+    # frame); auto takes it only with quantized weights, whose rounding is far larger, so that
+    # f32 weights keep the official model's arithmetic (docs/hardware.md has the error).
+    kv_cache_type: str = _opt(
+        "KZTTS_KV_CACHE_TYPE",
+        "the talker's K/V cache: f32 (the official model's arithmetic), f16 (half the memory and "
+        "the reads of a long answer), or auto (f16 with quantized weights, else f32)",
+        Bounds(choices=KV_CACHE_TYPES),
+        default="auto",
     )
     quant: str = _opt(
         "KZTTS_QUANT",

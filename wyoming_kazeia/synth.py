@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--decoder-subprocess", action="store_true")
     placements = ("backend", *(f"{part}_backend" for part in PARTS))
-    for name in ("decoder_precision", *placements):
+    for name in ("decoder_precision", "kv_cache_type", *placements):
         parser.add_argument(
             "--" + name.replace("_", "-"),
             help=f"as the server's (KZTTS_{name.upper()}): {EngineSettings.bounds(name).text(str)}",
@@ -120,7 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     overrides: dict[str, Any] = {}
-    engine_flags = ("stream_chunk", "seed", "repetition_penalty", "max_frames", "decoder_precision")
+    engine_flags = (
+        "stream_chunk",
+        "seed",
+        "repetition_penalty",
+        "max_frames",
+        "decoder_precision",
+        "kv_cache_type",
+    )
     for name in (*engine_flags, *placements):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)

@@ -57,6 +57,7 @@ def server_flags(
     flags += ["--model", str(options["model"]), "--quant", str(options["quant"])]
     flags += ["--threads", str(options["threads"])]
     flags += ["--decoder-precision", str(options.get("decoder_precision", "f32"))]
+    flags += ["--kv-cache-type", str(options.get("kv_cache_type", "auto"))]
     if options.get("voice"):
         flags += ["--voice", str(options["voice"])]
     if options.get("voice_model"):

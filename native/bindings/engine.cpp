@@ -246,6 +246,7 @@ void def_engine(py::module_ &m) {
     m.attr("KERNEL_ISA") = kernel_isa();
     // The values of SpeechDecoder's `precision` (DecoderPrecision's order).
     m.attr("DECODER_PRECISIONS") = py::make_tuple(DECODER_PRECISIONS[0], DECODER_PRECISIONS[1]);
+    m.attr("KV_CACHE_TYPES") = py::make_tuple(KV_CACHE_TYPES[0], KV_CACHE_TYPES[1], KV_CACHE_TYPES[2]);
     m.def("decoder_bf16_isa", &decoder_bf16_isa,
           "Where precision='bf16' multiplies on this CPU: AMX (the process then asks Linux for the "
           "tile registers, as a bf16 decoder does), AVX-512, AVX2, NEON or portable.");
@@ -370,6 +371,9 @@ void def_engine(py::module_ &m) {
         .def_property_readonly("hparams", [](const Generator &g) { return meta_to_dict(talker_meta_keys(), g.hparams()); })
         .def_property("threads", &Generator::n_threads, &Generator::set_threads,
                       "Threads of the generations started next (ValueError outside 1..512).")
+        .def_property("kv_cache_type", &Generator::kv_cache_type, &Generator::set_kv_cache_type,
+                      "The talker's K/V cache type of the generations started next: one of "
+                      "KV_CACHE_TYPES (ValueError for another), read back resolved (f32 or f16).")
         .def_property_readonly("talker_device", &Generator::talker_device)
         .def_property_readonly("predictor_device", &Generator::predictor_device)
         .def_property_readonly("damaged", &Generator::damaged,

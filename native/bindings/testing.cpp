@@ -74,7 +74,10 @@ using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>
 py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k,
                                         const FloatArray &v, const FloatArray &mask,
                                         int64_t n_kv_heads, float scale, int64_t cache_capacity,
-                                        bool in_ggml_ops) {
+                                        bool in_ggml_ops, const std::string &cache_type) {
+    const ggml_type type = cache_type == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    if ((cache_type != "f32" && cache_type != "f16") || (type == GGML_TYPE_F16 && cache_capacity == 0))
+        throw InputError("window_attention: cache_type is f32, or f16 with a cache_capacity");
     if (q.ndim() != 3 || k.ndim() != 2 || v.ndim() != 2 || mask.ndim() != 2)
         throw InputError("q must be [n, heads, head_dim]; k, v [n_kv, kv_dim]; mask [n, n_kv]");
     const int64_t n = q.shape(0), nh = q.shape(1), hd = q.shape(2), n_kv = k.shape(0);
@@ -98,13 +101,16 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
     };
     auto heads = [&](const FloatArray &rows) {  // -> [hd, n_kv, nkv] views
         if (cache_capacity == 0) return kv_heads(ctx.get(), tensor(rows, rows.shape(1), n_kv, 1), hd);
-        ggml_tensor *cache = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, hd, cache_capacity, n_kv_heads);
-        auto *c = static_cast<float *>(cache->data);
-        std::fill(c, c + ggml_nelements(cache), std::numeric_limits<float>::quiet_NaN());
+        ggml_tensor *cache = ggml_new_tensor_3d(ctx.get(), type, hd, cache_capacity, n_kv_heads);
+        std::vector<float> c(ggml_nelements(cache), std::numeric_limits<float>::quiet_NaN());
         for (int64_t g = 0; g < n_kv_heads; ++g)
             for (int64_t t = 0; t < n_kv; ++t)
-                std::memcpy(c + (g * cache_capacity + t) * hd, rows.data() + (t * n_kv_heads + g) * hd,
+                std::memcpy(c.data() + (g * cache_capacity + t) * hd, rows.data() + (t * n_kv_heads + g) * hd,
                             hd * sizeof(float));
+        if (type == GGML_TYPE_F32)
+            std::memcpy(cache->data, c.data(), ggml_nbytes(cache));
+        else
+            ggml_fp32_to_fp16_row(c.data(), static_cast<ggml_fp16_t *>(cache->data), c.size());
         return ggml_view_3d(ctx.get(), cache, hd, n_kv, n_kv_heads, cache->nb[1], cache->nb[2], 0);
     };
     WorkerPool pool(2);
@@ -389,6 +395,7 @@ void def_testing(py::module_ &m) {
           "A q8_0 product as the engine computes it (q8_gemm, or gemm=False: ggml's dot product "
           "per row and column): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
+    m.attr("KV_BLOCK") = DEFAULT_KV_BLOCK;
     m.def("conv_gemm", &run_conv_gemm, py::arg("w"), py::arg("x"), py::arg("taps") = 1,
           py::arg("dilation") = 1, py::arg("precision") = "f32", py::arg("threads") = 2,
           py::arg("period") = 0,
@@ -405,10 +412,11 @@ void def_testing(py::module_ &m) {
         py::arg("x"), "The bits of x (1-D float32 array) rounded to bf16 as the decoder rounds.");
     m.def("window_attention", &run_window_attention, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("mask"), py::arg("n_kv_heads"), py::arg("scale"), py::arg("cache_capacity") = 0,
-          py::arg("in_ggml_ops") = false,
+          py::arg("in_ggml_ops") = false, py::arg("cache_type") = "f32",
           "The attention op: q [n, heads, head_dim], k and v [n_kv, kv_heads * head_dim], mask "
           "[n, n_kv] (0 or -inf) -> [n, heads * head_dim]; cache_capacity > 0: k and v read "
-          "from a head-major cache of that many slots; in_ggml_ops: ggml's ops instead.");
+          "from a head-major cache of that many slots, of cache_type (f32 or f16: rounded); "
+          "in_ggml_ops: ggml's ops instead.");
 
     m.def(
         "select_token",
@@ -457,7 +465,7 @@ void def_testing(py::module_ &m) {
         py::arg("greedy") = false, py::arg("seed") = py::none(),
         py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
         py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
-        py::arg("max_frames") = 2048, py::arg("voice") = nullptr, py::arg("kv_block") = 256,
+        py::arg("max_frames") = 2048, py::arg("voice") = nullptr, py::arg("kv_block") = DEFAULT_KV_BLOCK,
         py::arg("whole_frames") = true,
         "Generator.frames with the probes: kv_block, the talker cache's growth step; "
         "whole_frames=False, no frame computed whole on a GPU.");
@@ -497,7 +505,7 @@ void def_testing(py::module_ &m) {
         },
         py::arg("generator"), py::arg("input_ids"), py::arg("speaker") = "",
         py::arg("language") = "auto", py::arg("non_streaming") = false,
-        py::arg("max_frames") = 2048, py::arg("kv_block") = 256, py::arg("voice") = nullptr,
+        py::arg("max_frames") = 2048, py::arg("kv_block") = DEFAULT_KV_BLOCK, py::arg("voice") = nullptr,
         py::arg("forced_codes") = py::none(),
         "Greedy generation (repetition penalty 1) recording every intermediate the official "
         "reference pins down. kv_block: talker cache growth step. forced_codes (int [T, 16]): "

@@ -21,9 +21,12 @@ struct GenerationTrace {
     std::vector<float> cp_logits;       // [frames, groups - 1, cp vocab] raw
 };
 
+// The talker's KV cache slots added at a time unless a probe says otherwise.
+inline constexpr int DEFAULT_KV_BLOCK = 256;
+
 struct GenerationProbes {
     // Talker KV cache slots added at a time (the cache grows with the generation).
-    int kv_block = 256;
+    int kv_block = DEFAULT_KV_BLOCK;
     // Frames computed whole, in one graph, where both stacks share a GPU (src/frame_graph.h);
     // false: its talker step and code 0 apart from its code predictor.
     bool whole_frames = true;

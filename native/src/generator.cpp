@@ -261,6 +261,19 @@ void Generator::set_threads(int n_threads) {
     check_threads(n_threads);
     model_->n_threads = n_threads;
 }
+std::string Generator::kv_cache_type() const {
+    return ggml_type_name(model_->kv_type.load());  // "f32" or "f16"
+}
+void Generator::set_kv_cache_type(const std::string &type) {
+    const auto &[automatic, f32, f16] = KV_CACHE_TYPES;
+    if (type == automatic)
+        model_->kv_type = ggml_is_quantized(model_->talker.layers.front().q->type) ? GGML_TYPE_F16
+                                                                                   : GGML_TYPE_F32;
+    else if (type == f32 || type == f16)
+        model_->kv_type = type == f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    else
+        throw InputError("unknown K/V cache type '" + type + "' (auto|f32|f16)");
+}
 const std::string &Generator::talker_device() const { return model_->talker_at.device; }
 const std::string &Generator::predictor_device() const { return model_->predictor_at.device; }
 bool Generator::damaged() const { return model_->weights.damaged(); }

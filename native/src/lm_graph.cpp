@@ -128,14 +128,15 @@ LmStack DeviceCopies::stack(const LmStack &host) const {
     return s;
 }
 
-KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend, int64_t capacity_)
+KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend, int64_t capacity_,
+                 ggml_type type)
     : n_ctx(n_ctx_), capacity(std::max(n_ctx_, capacity_)) {
+    if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16) throw std::logic_error("a KV cache is f32 or f16");
     ggml_init_params params = {ggml_tensor_overhead() * 2 * hp.num_layers + 64, nullptr, true};
     ctx.reset(ggml_init(params));
     for (uint32_t il = 0; il < hp.num_layers; ++il) {
         for (std::vector<ggml_tensor *> *part : {&k, &v})
-            part->push_back(ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, hp.head_dim, capacity,
-                                               hp.num_kv_heads));
+            part->push_back(ggml_new_tensor_3d(ctx.get(), type, hp.head_dim, capacity, hp.num_kv_heads));
     }
     buffer.reset(ggml_backend_alloc_ctx_tensors(ctx.get(), backend));
     if (!buffer) throw std::runtime_error("out of memory allocating a KV cache");
@@ -166,20 +167,34 @@ void KvCache::clear(int64_t from, int64_t to) {
 
 void KvCache::read_rows(size_t layer, int64_t rows, std::vector<float> &k_out,
                         std::vector<float> &v_out) const {
+    std::vector<ggml_fp16_t> halves;
     for (auto [t, out] : {std::pair{k[layer], &k_out}, std::pair{v[layer], &v_out}}) {
-        const size_t head = rows * t->nb[1];
-        out->resize(rows * t->ne[0] * t->ne[2]);
-        ggml_backend_tensor_get_2d(t, out->data(), 0, head, t->ne[2], t->nb[2], head);
+        const size_t head = rows * t->nb[1], values = rows * t->ne[0] * t->ne[2];
+        out->resize(values);
+        if (t->type == GGML_TYPE_F32) {
+            ggml_backend_tensor_get_2d(t, out->data(), 0, head, t->ne[2], t->nb[2], head);
+            continue;
+        }
+        halves.resize(values);
+        ggml_backend_tensor_get_2d(t, halves.data(), 0, head, t->ne[2], t->nb[2], head);
+        ggml_fp16_to_fp32_row(halves.data(), out->data(), values);
     }
 }
 
 void KvCache::write_rows(size_t layer, int64_t rows, const std::vector<float> &k_in,
                          const std::vector<float> &v_in) {
-    const size_t floats = rows * k[layer]->ne[0] * k[layer]->ne[2];
-    if (k_in.size() != floats || v_in.size() != floats) throw std::logic_error("KV rows of another shape");
+    const size_t values = rows * k[layer]->ne[0] * k[layer]->ne[2];
+    if (k_in.size() != values || v_in.size() != values) throw std::logic_error("KV rows of another shape");
+    std::vector<ggml_fp16_t> halves;
     for (auto [t, in] : {std::pair{k[layer], &k_in}, std::pair{v[layer], &v_in}}) {
         const size_t head = rows * t->nb[1];
-        ggml_backend_tensor_set_2d(t, in->data(), 0, head, t->ne[2], t->nb[2], head);
+        const void *data = in->data();
+        if (t->type == GGML_TYPE_F16) {
+            halves.resize(values);
+            ggml_fp32_to_fp16_row(in->data(), halves.data(), values);
+            data = halves.data();
+        }
+        ggml_backend_tensor_set_2d(t, data, 0, head, t->ne[2], t->nb[2], head);
     }
 }
 

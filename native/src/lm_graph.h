@@ -57,7 +57,8 @@ class DeviceCopies {
     std::unordered_map<const ggml_tensor *, ggml_tensor *> copies_;
 };
 
-// K and V of every layer: [head_dim, capacity, n_kv_heads] f32 each, in one backend buffer.
+// K and V of every layer: [head_dim, capacity, n_kv_heads] each, f32 or f16 (a talker's K/V
+// cache type), in one backend buffer.
 // Head-major: each head's rows follow each other, so that the attention of one head reads one
 // sequential stream (rows of all heads side by side put each head's next row a page away,
 // where the hardware prefetchers stop: a long synthesis's attention then waited on memory far
@@ -70,11 +71,13 @@ struct KvCache {
     int64_t capacity = 0;  // the slots allocated: their pages are touched only once in use
 
     // `capacity` (default n_ctx) slots, the first n_ctx in use.
-    KvCache(const LmHParams &hp, int64_t n_ctx, ggml_backend_t backend, int64_t capacity = 0);
+    KvCache(const LmHParams &hp, int64_t n_ctx, ggml_backend_t backend, int64_t capacity = 0,
+            ggml_type type = GGML_TYPE_F32);
+    ggml_type type() const { return k.front()->type; }
     // More slots in use (at most the capacity), cleared: a cache grows in place, never copied.
     void extend(int64_t n_ctx);
     // The first `rows` slots of `layer` (K, then V), [n_kv_heads][rows][head_dim] floats each:
-    // copied out, or back in.
+    // copied out, or back in (an f16 cache's values widened, and rounded back: unchanged).
     void read_rows(size_t layer, int64_t rows, std::vector<float> &k_out, std::vector<float> &v_out) const;
     void write_rows(size_t layer, int64_t rows, const std::vector<float> &k_in,
                     const std::vector<float> &v_in);

@@ -100,10 +100,10 @@ TalkerModel::TalkerModel(const std::string &path, int threads, const std::string
                                   cp_embd, "code predictor", weights);
 }
 
-bool TalkerModel::find_prefix(const std::vector<int32_t> &key, PrefixKv &out) const {
+bool TalkerModel::find_prefix(PrefixKv &out) const {
     std::lock_guard<std::mutex> lock(prefix_mutex);
     for (auto it = prefix_cache.begin(); it != prefix_cache.end(); ++it) {
-        if (it->key != key) continue;
+        if (!it->same_prompt(out)) continue;
         prefix_cache.splice(prefix_cache.begin(), prefix_cache, it);
         out = prefix_cache.front();
         return true;
@@ -114,7 +114,7 @@ bool TalkerModel::find_prefix(const std::vector<int32_t> &key, PrefixKv &out) co
 void TalkerModel::store_prefix(PrefixKv entry) const {
     std::lock_guard<std::mutex> lock(prefix_mutex);
     for (const PrefixKv &e : prefix_cache)
-        if (e.key == entry.key) return;
+        if (e.same_prompt(entry)) return;
     prefix_cache.push_front(std::move(entry));
     if (prefix_cache.size() > PREFIX_CACHE_SIZE) prefix_cache.pop_back();
 }
@@ -157,7 +157,7 @@ TalkerRun::TalkerRun(const TalkerModel &m, const Prompt &prompt, int64_t steps, 
     // costs nothing until it is used, and attention never runs over more empty slots than one
     // block.
     cache_ = std::make_unique<KvCache>(tk, prompt.rows() + std::min(steps, kv_block) + 1, backend,
-                                       prompt.rows() + steps + 1);
+                                       prompt.rows() + steps + 1, m.kv_type.load());
     prefill_graph_ = graph(prompt.rows() - prompt.voice_rows);
 }
 
@@ -191,7 +191,9 @@ void TalkerRun::step(const float *embed) {
 void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
     const int64_t rows = prompt.voice_rows;
     TalkerModel::PrefixKv entry;
-    if (m_.find_prefix(prompt.voice_key, entry) && entry.rows == rows) {
+    entry.key = prompt.voice_key;
+    entry.type = cache_->type();
+    if (m_.find_prefix(entry) && entry.rows == rows) {
         for (size_t il = 0; il < cache_->k.size(); ++il)
             cache_->write_rows(il, rows, entry.k[il], entry.v[il]);
         return;
@@ -200,7 +202,6 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
     voice->eval(prompt.prefill.data(), 0);
     ++computations_;
     spent_.push_back(std::move(voice));
-    entry.key = prompt.voice_key;
     entry.rows = rows;
     entry.k.resize(cache_->k.size());
     entry.v.resize(cache_->v.size());

@@ -56,6 +56,8 @@ struct TalkerModel {
     GgufWeights weights;  // memory-mapped: untouched rows of the text table stay on disk
     TalkerHParams hp;
     std::atomic<int> n_threads;  // of the generations started next
+    // The K/V cache type of the generations started next (Generator::set_kv_cache_type).
+    std::atomic<ggml_type> kv_type{GGML_TYPE_F32};
     bool polite = false;
     LmStack talker, predictor;
     ggml_tensor *codec_embd, *text_embd, *text_fc1_w, *text_fc1_b, *text_fc2_w, *text_fc2_b;
@@ -73,13 +75,17 @@ struct TalkerModel {
     // synthesis prefills only its text rows. Small LRU, shared by the sessions (TalkerRun).
     struct PrefixKv {
         std::vector<int32_t> key;  // role ids + codec prefix ids
+        ggml_type type = GGML_TYPE_F32;  // of the cache they were computed in (an f16 cache's
+                                         // later rows attend to the rounded earlier ones)
         int64_t rows = 0;
         std::vector<std::vector<float>> k, v;  // per layer, as KvCache::read_rows
+        bool same_prompt(const PrefixKv &o) const { return key == o.key && type == o.type; }
     };
     static constexpr size_t PREFIX_CACHE_SIZE = 16;
     mutable std::mutex prefix_mutex;
     mutable std::list<PrefixKv> prefix_cache;  // most recent first
-    bool find_prefix(const std::vector<int32_t> &key, PrefixKv &out) const;
+    // The entry of out.key and out.type, into `out`.
+    bool find_prefix(PrefixKv &out) const;
     void store_prefix(PrefixKv entry) const;
 
     // Adds a frame's talker input, C(code 0) + the predictor's embeddings of codes 1..15, to

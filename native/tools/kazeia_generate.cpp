@@ -3,13 +3,15 @@
 //   kazeia-generate <talker.gguf> <ids.bin> <N> <out_codes.bin> [--speaker NAME]
 //       [--language L] [--non-streaming] [--greedy] [--seed S] [--temperature T] [--top-k K]
 //       [--top-p P] [--repetition-penalty R] [--max-frames F] [--threads N]
+//       [--kv-cache-type auto|f32|f16]
 //
 // ids.bin holds the N int32 little-endian ids of the tokenized assistant prompt
 // '<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n' (what Generator takes as
 // input_ids). out_codes.bin gets T frames of 16 int32 codes, time-major (what kazeia-decoder
 // reads), written atomically; T is printed. With kazeia-decoder: the whole engine without
 // Python. Unset sampling values come from the model's generation_config.json; the frame cap
-// defaults to the engine's budget for the text's length.
+// defaults to the engine's budget for the text's length, the K/V cache type to the service's
+// (auto).
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -30,7 +32,7 @@ void usage() {
                  "usage: kazeia-generate <talker.gguf> <ids.bin> <N> <out_codes.bin> "
                  "[--speaker NAME] [--language L] [--non-streaming] [--greedy] [--seed S] "
                  "[--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] "
-                 "[--max-frames F] [--threads N]\n");
+                 "[--max-frames F] [--threads N] [--kv-cache-type auto|f32|f16]\n");
     std::exit(2);
 }
 
@@ -49,7 +51,7 @@ int main(int argc, char **argv) {
     kazeia::tool::program() = "kazeia-generate";
     std::vector<std::string> pos;
     kazeia::GenerationOptions o;
-    std::string speaker;
+    std::string speaker, kv_cache_type = kazeia::KV_CACHE_TYPES[0];  // auto
     long threads = 2, max_frames = 0;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -69,6 +71,7 @@ int main(int argc, char **argv) {
             o.repetition_penalty = (float)parse_double(value(), "--repetition-penalty");
         else if (a == "--max-frames") max_frames = parse_long(value(), "--max-frames", 1, 1 << 20);
         else if (a == "--threads") threads = parse_long(value(), "--threads", 1, 512);
+        else if (a == "--kv-cache-type") kv_cache_type = value();
         else if (a == "-h" || a == "--help") usage();
         else if (a.size() > 1 && a[0] == '-' && a[1] == '-') fail("unknown option " + a);
         else pos.push_back(a);
@@ -79,6 +82,7 @@ int main(int argc, char **argv) {
         const std::vector<int32_t> ids =
             kazeia::tool::read_int32s(pos[1], n_ids, std::to_string(n_ids) + " int32 ids");
         kazeia::Generator generator(pos[0], (int)threads);
+        generator.set_kv_cache_type(kv_cache_type);
         o.speaker = speaker.empty() ? default_speaker(generator.hparams()) : speaker;
         o.max_frames = (int)(max_frames ? max_frames : kazeia::frame_budget(generator.text_tokens(ids)));
         std::vector<int32_t> codes;

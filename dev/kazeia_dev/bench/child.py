@@ -48,6 +48,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--decoder-threads", type=int, default=2)
     p.add_argument("--decoder-precision", default="f32")
+    p.add_argument("--kv-cache-type", default="auto")
     p.add_argument("--chunk", type=int, default=4, help="stream_chunk (0: decode at the end)")
     p.add_argument("--subprocess", action="store_true", help="decoder_subprocess=True")
     p.add_argument("--repeats", type=int, default=3)

@@ -117,6 +117,12 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
         help=f"decoder threads (default {defaults.decoder_threads}, the service's)",
     )
     p.add_argument(
+        "--kv-cache-type",
+        choices=EngineSettings.bounds("kv_cache_type").choices,
+        default=defaults.kv_cache_type,
+        help=f"the talker's K/V cache (default {defaults.kv_cache_type}, the service's)",
+    )
+    p.add_argument(
         "--decoder-precision",
         choices=EngineSettings.bounds("decoder_precision").choices,
         default=defaults.decoder_precision,
@@ -315,6 +321,7 @@ def _config(
         "threads": args.threads,
         "decoder_threads": args.decoder_threads,
         "decoder_precision": args.decoder_precision,
+        "kv_cache_type": args.kv_cache_type,
         "bandwidth_threads": bandwidth_threads,
         "frames": args.frames,
         "audio_s": audio_s,

@@ -71,6 +71,7 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         threads=args.threads,
         decoder_threads=args.decoder_threads,
         decoder_precision=args.decoder_precision,
+        kv_cache_type=args.kv_cache_type,
         stream_chunk=args.chunk,
         decoder_subprocess=args.subprocess,
         seed=args.seed,
@@ -111,7 +112,8 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         engine_peak_rss_mb=peak + child_peak,
         prompt_s=prompt_s,
         ref_seconds=args.ref_seconds if args.clone else 0.0,
-        kv_bytes_per_frame=_kv_bytes_per_position(engine.generator.hparams),
+        kv_bytes_per_frame=_kv_bytes_per_position(engine.generator),
+        kv_cache_type=engine.generator.kv_cache_type,
         generator_alone=alone,
         whole_frames=whole,
     )
@@ -307,7 +309,9 @@ def _whole_vs_apart(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _kv_bytes_per_position(hp: dict[str, Any]) -> int:
-    """Bytes the talker's K/V cache (f32) holds per position."""
+def _kv_bytes_per_position(generator: Any) -> int:
+    """Bytes the talker's K/V cache (of the generator's type) holds per position."""
+    hp = generator.hparams
     kv_dim = int(hp["kazeia.talker.num_kv_heads"]) * int(hp["kazeia.talker.head_dim"])
-    return int(hp["kazeia.talker.num_layers"]) * 2 * kv_dim * 4
+    value_bytes = {"f32": 4, "f16": 2}[generator.kv_cache_type]
+    return int(hp["kazeia.talker.num_layers"]) * 2 * kv_dim * value_bytes

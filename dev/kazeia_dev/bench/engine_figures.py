@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from wyoming_kazeia._native import testing
+
 from .targets import ENGINE_TARGETS_BY_MODEL, TARGETS
 
 T = TARGETS["engine"]  # this bench's targets (0.6B q8_0; see engine_targets)
@@ -174,10 +176,14 @@ def add_long_figures(
     long_row["kv_cache_mb"] = (
         long_row["kv_bytes_per_frame"] * (long_row["n_frames"] - builtin["n_frames"]) / 2**20
     )
+    # The cache's slots are cleared (touched) a block at a time as it grows: up to one block
+    # ahead of the frames.
+    long_row["kv_block_mb"] = long_row["kv_bytes_per_frame"] * testing.KV_BLOCK / 2**20
     targets["long_ratio_max"] = t["long_ratio"]
+    allowed_mb = long_row["kv_cache_mb"] + long_row["kv_block_mb"] + long_row["audio_mb"]
     targets["long_ok"] = {
         "cost": long_row["cost_ratio"] <= t["long_ratio"],
-        "rss": long_row["rss_growth_mb"] <= long_row["kv_cache_mb"] + long_row["audio_mb"],
+        "rss": long_row["rss_growth_mb"] <= allowed_mb,
     }
 
 

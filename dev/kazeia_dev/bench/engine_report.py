@@ -78,7 +78,7 @@ def _rows_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
         machine_line(result["machine"]),
         f"Engine: {c['model_dir']} (talker {c['talker_mb']:.0f} MB, decoder "
         f"{c['decoder_mb']:.0f} MB); threads {c['threads']} + decoder {c['decoder_threads']} "
-        f"({c.get('decoder_precision', 'f32')}); "
+        f"({c.get('decoder_precision', 'f32')}), talker K/V cache {c.get('kv_cache_type', 'f32')}; "
         f"{c['frames']} frames forced ({c['audio_s']:.2f} s of audio); speaker {c['speaker']}, "
         f"{c['language']}, seed {c['seed']}; text {c['text']!r}; a warm-up synthesis, then "
         f"{c['repeats']} timed per row (medians)",
@@ -189,12 +189,13 @@ def _long_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
         f"Long synthesis (stream k={VOICE_CHUNK}, one run after a 40-frame warm-up): "
         f"{long_row['n_frames']} frames in {long_row['total_s']:.1f} s, "
         f"{long_row['ms_per_frame']:.1f} ms/frame against {long_row['ms_per_frame_short']:.1f} "
-        f"for {result['config']['frames']} frames = {long_row['cost_ratio']:.2f}x (target <= "
+        f"for {result['config']['frames']} frames = {long_row['cost_ratio']:.3f}x (target <= "
         f"{t['long_ratio']:.2f}x: {ok(ok_long['cost'])}); peak RSS "
         f"{long_row['peak_rss_mb']:.0f} MB, +{long_row['rss_growth_mb']:.0f} MB for a K/V "
-        "cache of "
-        f"{long_row['kv_cache_mb']:.0f} MB and {long_row.get('audio_mb', 0.0):.1f} MB of audio "
-        f"the bench's consumer keeps (target: no more: {ok(ok_long['rss'])})",
+        f"cache of {long_row['kv_cache_mb']:.0f} MB ({long_row.get('kv_cache_type', 'f32')}; "
+        f"{long_row['kv_block_mb']:.0f} MB more while a block of slots ahead is in use) and "
+        f"{long_row.get('audio_mb', 0.0):.1f} MB of audio the bench's consumer keeps (target: "
+        f"no more: {ok(ok_long['rss'])})",
     ]
 
 

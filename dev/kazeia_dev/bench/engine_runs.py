@@ -102,6 +102,8 @@ def engine_row_cmd(
         str(args.decoder_threads),
         "--decoder-precision",
         args.decoder_precision,
+        "--kv-cache-type",
+        args.kv_cache_type,
         "--chunk",
         str(chunk),
         "--repeats",

@@ -53,6 +53,11 @@ struct GenerationOptions {
     int max_frames = 0;  // > 0
 };
 
+// The talker's K/V cache types: f32, the official model's arithmetic; f16 (values rounded to
+// 11 significant bits: half the memory, and half the bytes each step of a long answer reads);
+// auto: f16 where the talker's weights are quantized (rounded far more than that), else f32.
+inline constexpr const char *KV_CACHE_TYPES[] = {"auto", "f32", "f16"};
+
 class GenerationSession;
 struct TalkerModel;        // the loaded talker GGUF (src/talker.h)
 struct GenerationProbes;   // the tests' and benches' options (src/generation_probes.h)
@@ -74,6 +79,11 @@ class Generator {
     // running keep theirs. Each generation builds its own pool, so a changed setting needs no
     // second load of the weights.
     void set_threads(int n_threads);
+    // The talker's K/V cache type of the generations started after it: one of KV_CACHE_TYPES
+    // (InputError for another); those running keep theirs. f32 at load; read back resolved
+    // ("f32" or "f16").
+    std::string kv_cache_type() const;
+    void set_kv_cache_type(const std::string &type);
     // The resolved devices of the two stacks ("cpu", "vulkan:0", ...).
     const std::string &talker_device() const;
     const std::string &predictor_device() const;

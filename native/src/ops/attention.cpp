@@ -21,6 +21,21 @@ void concat_time_kernel(ggml_tensor *dst, int ith, int /*nth*/, void * /*userdat
     std::memcpy(static_cast<char *>(dst->data) + ggml_nbytes(a), b->data, ggml_nbytes(b));
 }
 
+// f16 -> f32.
+void widen(const uint16_t *in, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = ggml_fp16_to_fp32(in[i]);
+}
+
+// The two queries q[0..n) and q[n..2n) against one f16 row, each summed in order.
+void dot_pair(const float *q, const uint16_t *k, int64_t n, float *out) {
+    out[0] = out[1] = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float kf = ggml_fp16_to_fp32(k[i]);
+        out[0] += q[i] * kf;
+        out[1] += q[n + i] * kf;
+    }
+}
+
 // A dot product, summed in order.
 float dot(const float *a, const float *b, int64_t n) {
     float sum = 0.0f;
@@ -32,12 +47,12 @@ void window_attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata)
     const auto *p = static_cast<const AttentionParams *>(userdata);
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const int64_t nh = q->ne[1], n = q->ne[2];
-    const int64_t row_stride = k->nb[1] / sizeof(float), head_stride = k->nb[2] / sizeof(float);
-    const AttentionRow row{static_cast<const float *>(q->data), static_cast<const float *>(k->data),
-                           static_cast<const float *>(v->data),
+    const size_t esize = ggml_type_size(k->type);
+    const int64_t row_stride = k->nb[1] / esize, head_stride = k->nb[2] / esize;
+    const AttentionRow row{static_cast<const float *>(q->data), k->data, v->data,
                            static_cast<const float *>(mask->data), static_cast<float *>(dst->data),
                            q->ne[0], nh, k->ne[1], row_stride, head_stride, nh / p->n_kv_heads,
-                           p->scale};
+                           p->scale, k->type == GGML_TYPE_F16};
     const int64_t n_tasks = n * p->n_kv_heads;
 #if KAZEIA_AVX2
     if (use_avx2())
@@ -45,7 +60,7 @@ void window_attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata)
 #elif KAZEIA_NEON
     return run_tasks(p->pool, ith, nth, n_tasks, [&](int64_t t) { arm::attention_row_neon(row, t); });
 #endif
-    run_tasks(p->pool, ith, nth, n_tasks, [&](int64_t t) { attention_row<dot>(row, t); });
+    run_tasks(p->pool, ith, nth, n_tasks, [&](int64_t t) { attention_row<dot, widen, dot_pair>(row, t); });
 }
 
 }  // namespace
@@ -62,7 +77,8 @@ ggml_tensor *concat_time(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) {
 ggml_tensor *window_attention(ggml_context *ctx, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v,
                               ggml_tensor *mask, const AttentionParams *params) {
     const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2], n_kv = k->ne[1];
-    GGML_ASSERT(q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F32 && v->type == GGML_TYPE_F32);
+    GGML_ASSERT(q->type == GGML_TYPE_F32 && (k->type == GGML_TYPE_F32 || k->type == GGML_TYPE_F16));
+    GGML_ASSERT(v->type == k->type);
     GGML_ASSERT(ggml_is_contiguous(q) && ggml_is_contiguous_rows(k) && ggml_is_contiguous_rows(v));
     GGML_ASSERT(params->n_kv_heads >= 1 && nh % params->n_kv_heads == 0);
     GGML_ASSERT(k->ne[0] == hd && k->ne[2] == params->n_kv_heads && k->ne[3] == 1);

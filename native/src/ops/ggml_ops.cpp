@@ -16,12 +16,17 @@ ggml_tensor *attention_in_ggml_ops(ggml_context *ctx, ggml_tensor *q, ggml_tenso
                                    ggml_tensor *mask, int64_t n_kv_heads, float scale) {
     const int64_t hd = q->ne[0], nh = q->ne[1], n = q->ne[2];
     GGML_ASSERT(k->ne[0] == hd && k->ne[2] == n_kv_heads && ggml_are_same_shape(k, v));
-    // Dense operands: ggml's Vulkan backend copies a strided one to f16 before the product.
-    ggml_tensor *kh = ggml_cont(ctx, k);                                 // [hd, n_kv, nkv]
+    // Dense f32 operands: ggml's Vulkan backend copies a strided one to f16 before the product,
+    // and an f16 cache's would have the query and weights rounded to f16 too (its products
+    // take the type of their first operand), where the CPU op widens only the cache's values.
+    auto dense_f32 = [&](ggml_tensor *t) {
+        return t->type == GGML_TYPE_F32 ? ggml_cont(ctx, t) : ggml_cast(ctx, t, GGML_TYPE_F32);
+    };
+    ggml_tensor *kh = dense_f32(k);                                      // [hd, n_kv, nkv]
     ggml_tensor *qh = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));  // [hd, n, nh]
     // [n_kv, n, nh]; query head h reads kv head h / (nh / nkv), as ggml_mul_mat broadcasts.
     ggml_tensor *w = ggml_soft_max_ext(ctx, mul_mat_f32(ctx, kh, qh), mask, scale, 0.0f);
-    ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [n_kv, hd, nkv]
+    ggml_tensor *vt = dense_f32(ggml_permute(ctx, v, 1, 0, 2, 3));  // [n_kv, hd, nkv]
     ggml_tensor *o = ggml_permute(ctx, mul_mat_f32(ctx, vt, w), 0, 2, 1, 3);  // [hd, nh, n]
     return ggml_reshape_2d(ctx, ggml_cont(ctx, o), hd * nh, n);
 }

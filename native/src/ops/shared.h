@@ -81,25 +81,25 @@ struct WinogradRow {
 };
 
 // What one (query, head) task of the attention op reads and writes: a key or value row of
-// head g at position c starts at g * head_stride + c * row_stride floats.
+// head g at position c starts at g * head_stride + c * row_stride elements, f32 or (kv_f16, a
+// talker cache of that type) f16.
 struct AttentionRow {
-    const float *qd, *kd, *vd, *md;
+    const float *qd;
+    const void *kd, *vd;
+    const float *md;
     float *od;
     int64_t hd, nh, n_kv, row_stride, head_stride, group;
     float scale;
+    bool kv_f16 = false;
 };
 
 // A head's key or value rows may lie far apart (where a row holds all heads of a position,
 // as the decoder's do, a wide row puts each next one on a new page, where the hardware
 // prefetchers stop), so the rows a few positions ahead are asked for here.
 inline constexpr int64_t ATTENTION_PREFETCH = 16;  // positions ahead
-// Asks for the `n` floats of `row`.
-inline void prefetch_row(const float *row, int64_t n) {
-    for (int64_t d = 0; d < n; d += 16) __builtin_prefetch(row + d);  // 64-byte lines
-}
-// Asks for the `n` floats of `rows`' row c + ATTENTION_PREFETCH (rows `stride` apart), if any.
-inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t stride, int64_t n) {
-    if (c + ATTENTION_PREFETCH < n_rows) prefetch_row(rows + (c + ATTENTION_PREFETCH) * stride, n);
+// Asks for the `bytes` of `row`.
+inline void prefetch_row(const void *row, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char *>(row) + b);
 }
 
 // Positions the weighted sum of the value rows takes at a time: their rows stay in the L1
@@ -107,27 +107,89 @@ inline void prefetch_ahead(const float *rows, int64_t c, int64_t n_rows, int64_t
 inline constexpr int64_t ATTENTION_TILE = 32;
 inline constexpr int64_t ATTENTION_BLOCK = 32;
 
-// out[0..n) += w[c] * rows[c][0..n) for the positions c in [c0, c1) whose weight is not -inf
-// (a masked position's), in the order of c, as a plain loop over the positions adds them.
-// N = ATTENTION_BLOCK: a full block, its accumulators in registers (every loop over them
-// unrolled, see KAZEIA_UNROLL_COLUMNS); N = 0: a block's last n < ATTENTION_BLOCK outputs.
-template <int64_t N>
-__attribute__((always_inline)) inline void add_weighted_rows(float *out, int64_t n, const float *w,
+// For each of the G heads g: out[g][0..n) += w[g][c] * rows[c][0..n) for the positions c in
+// [0, count) whose weight is not -inf (a masked position's), in the order of c, as a plain loop
+// over the positions adds them; out[g] is out + g * out_stride, w[g] is w + g * w_stride. The
+// heads share each row as it is loaded. N = ATTENTION_BLOCK: a full block, its accumulators in
+// registers (every loop over them unrolled, see KAZEIA_UNROLL_COLUMNS); N = 0: a block's last
+// n < ATTENTION_BLOCK outputs.
+template <int64_t N, int64_t G>
+__attribute__((always_inline)) inline void add_weighted_rows(float *out, int64_t out_stride, int64_t n,
+                                                             const float *w, int64_t w_stride,
                                                              const float *rows, int64_t stride,
-                                                             int64_t c0, int64_t c1) {
+                                                             int64_t count) {
     static_assert(N == 0 || N == ATTENTION_BLOCK, "a full block or a tail");
-    float acc[ATTENTION_BLOCK] = {};
+    float acc[G][ATTENTION_BLOCK] = {};
+#pragma GCC unroll 4
+    for (int64_t g = 0; g < G; ++g)
 #pragma GCC unroll 32
-    for (int64_t j = 0; j < (N ? N : n); ++j) acc[j] = out[j];
-    for (int64_t c = c0; c < c1; ++c) {
-        if (w[c] == -INFINITY) continue;
-        const float wc = w[c], *row = rows + c * stride;
+        for (int64_t j = 0; j < (N ? N : n); ++j) acc[g][j] = out[g * out_stride + j];
+    for (int64_t c = 0; c < count; ++c) {
+        const float *row = rows + c * stride;
+#pragma GCC unroll 4
+        for (int64_t g = 0; g < G; ++g) {
+            const float wc = w[g * w_stride + c];
+            if (wc == -INFINITY) continue;
 #pragma GCC unroll 32
-        for (int64_t j = 0; j < (N ? N : n); ++j) acc[j] += wc * row[j];
+            for (int64_t j = 0; j < (N ? N : n); ++j) acc[g][j] += wc * row[j];
+        }
     }
+#pragma GCC unroll 4
+    for (int64_t g = 0; g < G; ++g)
 #pragma GCC unroll 32
-    for (int64_t j = 0; j < (N ? N : n); ++j) out[j] = acc[j];
+        for (int64_t j = 0; j < (N ? N : n); ++j) out[g * out_stride + j] = acc[g][j];
 }
+
+// add_weighted_rows over every block of a head's hd outputs, for G heads hd apart.
+template <int64_t G>
+__attribute__((always_inline)) inline void add_weighted_heads(float *o, int64_t hd, const float *w,
+                                                              int64_t w_stride, const float *rows,
+                                                              int64_t stride, int64_t count) {
+    int64_t d = 0;
+    for (; d + ATTENTION_BLOCK <= hd; d += ATTENTION_BLOCK)
+        add_weighted_rows<ATTENTION_BLOCK, G>(o + d, hd, ATTENTION_BLOCK, w, w_stride, rows + d, stride, count);
+    if (d < hd) add_weighted_rows<0, G>(o + d, hd, hd - d, w, w_stride, rows + d, stride, count);
+}
+
+// The weighted sums of one tile of value rows for every head of a group: two heads at a time
+// (a talker's group), then any left one by one.
+__attribute__((always_inline)) inline void add_weighted_tile(float *o0, int64_t hd, int64_t group,
+                                                             const float *w, int64_t w_stride,
+                                                             const float *rows, int64_t stride,
+                                                             int64_t count) {
+    int64_t h = 0;
+    for (; h + 2 <= group; h += 2)
+        add_weighted_heads<2>(o0 + h * hd, hd, w + h * w_stride, w_stride, rows, stride, count);
+    for (; h < group; ++h)
+        add_weighted_heads<1>(o0 + h * hd, hd, w + h * w_stride, w_stride, rows, stride, count);
+}
+
+// Where attention_row reads a head's key or value rows: f32 rows in place, or f16 rows widened
+// to f32 (by `widen`, n values) into a buffer of the task's, a few rows at a time.
+template <void (*widen)(const uint16_t *, float *, int64_t)>
+struct AttentionRows {
+    const void *base;  // the head's row of the first position read
+    int64_t stride;    // elements from a row to the next
+    int64_t hd;
+    bool f16;
+    float *buffer;  // ATTENTION_TILE rows of hd floats (f16 only)
+
+    int64_t row_bytes() const { return hd * (f16 ? 2 : 4); }
+    const void *raw(int64_t c) const {
+        return static_cast<const char *>(base) + c * stride * (f16 ? 2 : 4);
+    }
+    // Rows c0 .. c1 - 1 (at most ATTENTION_TILE) as f32, rows `*step` floats apart.
+    const float *rows(int64_t c0, int64_t c1, int64_t *step) const {
+        if (!f16) {
+            *step = stride;
+            return static_cast<const float *>(raw(c0));
+        }
+        for (int64_t c = c0; c < c1; ++c)
+            widen(static_cast<const uint16_t *>(raw(c)), buffer + (c - c0) * hd, hd);
+        *step = hd;
+        return buffer;
+    }
+};
 
 // One (query, key/value head): scores (each a `dot` of the query and key rows), softmax, then
 // the weighted sum of the value rows, for the `group` query heads that share that key/value
@@ -136,9 +198,13 @@ __attribute__((always_inline)) inline void add_weighted_rows(float *out, int64_t
 // first to the last that the mask lets through are read (a talker's cache grows by blocks whose
 // slots ahead are masked). Each output float is summed in the same order as a plain loop over
 // the positions would (tiles of positions, blocks of outputs held in registers in between).
-// Always inlined, so that a vector path's caller compiles it for its instructions (the weighted
-// sums' multiply-adds included).
-template <float (*dot)(const float *, const float *, int64_t)>
+// An f16 cache's values are widened to f32 exactly (`widen`) and every sum is in f32; where two
+// query heads share a key/value head (the talker's), `dot_pair_f16(q, k, hd, scores)` scores
+// both against an f16 key row in one pass over it, widened in registers. Always inlined, so
+// that a vector path's caller compiles it for its instructions (the weighted sums'
+// multiply-adds included).
+template <float (*dot)(const float *, const float *, int64_t), void (*widen)(const uint16_t *, float *, int64_t),
+          void (*dot_pair_f16)(const float *, const uint16_t *, int64_t, float *)>
 __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, int64_t t) {
     const int64_t n_groups = a.nh / a.group, i = t / n_groups, g = t % n_groups;
     const float *mask = a.md + i * a.n_kv;
@@ -148,20 +214,31 @@ __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, 
     // From here on the positions c0 .. c1 - 1 are 0 .. n - 1.
     const int64_t n = c1 - c0;
     mask += c0;
-    const float *k_rows = a.kd + g * a.head_stride + c0 * a.row_stride;
-    const float *v_rows = a.vd + g * a.head_stride + c0 * a.row_stride;
-    thread_local std::vector<float> weights_of_thread;
+    thread_local std::vector<float> weights_of_thread, rows_of_thread;
     weights_of_thread.resize(a.group * (n + 2));
+    if (a.kv_f16) rows_of_thread.resize(ATTENTION_TILE * a.hd);
+    const int64_t esize = a.kv_f16 ? 2 : 4, first = g * a.head_stride + c0 * a.row_stride;
+    const AttentionRows<widen> k_rows{static_cast<const char *>(a.kd) + first * esize, a.row_stride,
+                                      a.hd, a.kv_f16, rows_of_thread.data()};
+    const AttentionRows<widen> v_rows{static_cast<const char *>(a.vd) + first * esize, a.row_stride,
+                                      a.hd, a.kv_f16, rows_of_thread.data()};
     float *const weights = weights_of_thread.data();  // [group][n]: the scores, then their exps
     float *const max_score = weights + a.group * n, *const total = max_score + a.group;
     std::fill(max_score, max_score + a.group, -INFINITY);
     const float *q0 = a.qd + (i * a.nh + g * a.group) * a.hd;
+    const bool paired = a.kv_f16 && a.group == 2;
     for (int64_t c = 0; c < n; ++c) {
-        const float *kv = k_rows + c * a.row_stride;
-        prefetch_ahead(k_rows, c, n, a.row_stride, a.hd);
+        if (c + ATTENTION_PREFETCH < n) prefetch_row(k_rows.raw(c + ATTENTION_PREFETCH), k_rows.row_bytes());
+        float pair[2];
+        int64_t step;
+        const float *kv = nullptr;
+        if (paired)
+            dot_pair_f16(q0, static_cast<const uint16_t *>(k_rows.raw(c)), a.hd, pair);
+        else
+            kv = k_rows.rows(c, c + 1, &step);
         for (int64_t h = 0; h < a.group; ++h) {
             const float s = mask[c] == -INFINITY ? -INFINITY
-                                                 : dot(q0 + h * a.hd, kv, a.hd) * a.scale + mask[c];
+                            : (paired ? pair[h] : dot(q0 + h * a.hd, kv, a.hd)) * a.scale + mask[c];
             weights[h * n + c] = s;
             max_score[h] = std::max(max_score[h], s);
         }
@@ -179,20 +256,14 @@ __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, 
     float *o0 = a.od + (i * a.nh + g * a.group) * a.hd;
     std::fill(o0, o0 + a.group * a.hd, 0.0f);
     for (int64_t c = 0; c < std::min(n, ATTENTION_TILE); ++c)  // the first tile's
-        prefetch_row(v_rows + c * a.row_stride, a.hd);
+        prefetch_row(v_rows.raw(c), v_rows.row_bytes());
     for (int64_t tile = 0; tile < n; tile += ATTENTION_TILE) {
         const int64_t end = std::min(tile + ATTENTION_TILE, n);
         for (int64_t c = end; c < std::min(end + ATTENTION_TILE, n); ++c)  // the next tile's
-            prefetch_row(v_rows + c * a.row_stride, a.hd);
-        for (int64_t h = 0; h < a.group; ++h) {
-            const float *w = weights + h * n;
-            float *o = o0 + h * a.hd;
-            int64_t d = 0;
-            for (; d + ATTENTION_BLOCK <= a.hd; d += ATTENTION_BLOCK)
-                add_weighted_rows<ATTENTION_BLOCK>(o + d, ATTENTION_BLOCK, w, v_rows + d, a.row_stride,
-                                                   tile, end);
-            if (d < a.hd) add_weighted_rows<0>(o + d, a.hd - d, w, v_rows + d, a.row_stride, tile, end);
-        }
+            prefetch_row(v_rows.raw(c), v_rows.row_bytes());
+        int64_t step;
+        const float *rows = v_rows.rows(tile, end, &step);
+        add_weighted_tile(o0, a.hd, a.group, weights + tile, n, rows, step, end - tile);
     }
     for (int64_t h = 0; h < a.group; ++h) {
         const float inv = 1.0f / total[h];
