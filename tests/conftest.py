@@ -104,6 +104,20 @@ def tiny_base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def mid_talkers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The talker of mid_checkpoint in f32 and in q8_0 (the default weight type)."""
+    base = tmp_path_factory.getbasetemp() / "mid"
+    if not (base / "ckpt").exists():
+        mid_checkpoint(base / "ckpt")
+    paths = {}
+    for qtype in ("f32", "q8_0"):
+        paths[qtype] = base / f"talker-{qtype}.gguf"
+        if not paths[qtype].exists():
+            convert_part("talker", base / "ckpt", paths[qtype], qtype)
+    return paths
+
+
+@pytest.fixture(scope="session")
 def reference_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference kit's recording of the Base model's voice (1.2 s, 16-bit WAV), as a
     user would give it to be cloned."""

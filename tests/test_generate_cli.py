@@ -70,6 +70,28 @@ def test_sampling_follows_the_seed_and_the_default_budget(
     assert np.array_equal(codes, expected)
 
 
+def test_the_kv_cache_type_reaches_the_generator(
+    tmp_path: Path, mid_talkers: dict[str, Path]
+) -> None:
+    """A q8_0 talker: the default (auto) gives the Python API's codes with an f16 cache,
+    --kv-cache-type f32 those with an f32 cache, and the two differ (random weights: sampling
+    draws other codes from slightly moved distributions)."""
+    ids = np.array([151644, 77091, 198, 9707, 11, 1879, 0, 151645, 198, 151644, 77091, 198])
+    path = tmp_path / "ids.bin"
+    ids.astype("<i4").tofile(path)
+    gen = Generator(str(mid_talkers["q8_0"]), threads=2)
+    codes = {}
+    for flags, cache in (([], "f16"), (["--kv-cache-type", "f32"], "f32")):
+        out = tmp_path / f"codes-{cache}.bin"
+        r = run(mid_talkers["q8_0"], path, len(ids), out, "--seed", "7", "--max-frames", 20, *flags)
+        assert r.returncode == 0, r.stderr
+        codes[cache] = np.fromfile(out, dtype="<i4").reshape(-1, 16)
+        gen.kv_cache_type = cache
+        expected = gen.generate(ids, "vivian", "auto", seed=7, max_frames=20)
+        assert np.array_equal(codes[cache], expected), cache
+    assert not np.array_equal(codes["f16"], codes["f32"])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -79,6 +101,7 @@ def test_sampling_follows_the_seed_and_the_default_budget(
         (["ids", 25, "--top-p", "1.5"], "top_p must be in (0, 1]"),
         (["ids", 25, "--max-frames", "0"], "invalid --max-frames '0'"),
         (["ids", 25, "--bogus"], "unknown option --bogus"),
+        (["ids", 25, "--kv-cache-type", "q8_0"], "unknown K/V cache type 'q8_0' (auto|f32|f16)"),
         (["bad-ids", 25], "assistant prompt"),
     ],
 )

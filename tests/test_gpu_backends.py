@@ -235,6 +235,29 @@ def test_a_cache_growing_on_a_gpu_changes_no_code(
 
 
 @needs_gpu
+def test_an_f16_cache_on_a_gpu_gives_the_logits_of_the_cpus(
+    on_gpu: tuple[str, Generator, Generator],
+) -> None:
+    """kv_cache_type f16 on a GPU (the cache written by ggml's set_rows, widened by its copies
+    before the products): teacher-forced on the CPU's codes with its f16 cache, the same logits
+    within the tolerance, the cache growing every 5 frames."""
+    name, gpu, cpu_gen = on_gpu
+    speaker, language, non_streaming = MODES["stream"]
+    ids = ref_array(name, "input_ids")
+    gpu.kv_cache_type = cpu_gen.kv_cache_type = "f16"
+    try:
+        cpu = testing.trace(cpu_gen, ids, speaker, language, non_streaming, FRAMES)
+        ours = testing.trace(
+            gpu, ids, speaker, language, non_streaming, FRAMES, kv_block=5,
+            forced_codes=cpu["codes"],
+        )  # fmt: skip
+    finally:
+        gpu.kv_cache_type = cpu_gen.kv_cache_type = "f32"
+    for key in ("talker_logits", "talker_hidden", "cp_logits"):
+        assert np.abs(ours[key] - cpu[key]).max() < TOLERANCE, key
+
+
+@needs_gpu
 def test_frames_on_a_gpu_stream_what_generate_returns(
     on_gpu: tuple[str, Generator, Generator],
 ) -> None:

@@ -122,14 +122,17 @@ def test_attention_over_many_positions_with_masked_slots_between(hd: int) -> Non
 
 
 # The talker's attention over an f16 cache (kv_cache_type f16) with grouped heads of two
-# (scored in pairs) and of one, rows longer than the op's tiles, masked and spare slots: ours and
-# float64 numpy's on the values the cache holds (rounded to f16), every case concatenated.
+# (scored in pairs), of one and of three (a pair, then one), heads not a multiple of the vector
+# widths (the widening's and the pair's tails), rows longer than the op's tiles, masked and
+# spare slots: ours and float64 numpy's on the values the cache holds (rounded to f16), every
+# case concatenated.
 F16_CACHE_ATTENTION = """
 import sys
 import numpy as np
 from wyoming_kazeia._native import testing
 ours, ref = [], []
-for heads, kv_heads, hd, n_kv in [(4, 2, 128, 100), (4, 2, 40, 37), (3, 3, 48, 70)]:
+cases = [(4, 2, 128, 100), (4, 2, 40, 37), (3, 3, 48, 70), (4, 2, 36, 50), (6, 2, 20, 60)]
+for heads, kv_heads, hd, n_kv in cases:
     rng = np.random.default_rng(hd)
     q = rng.standard_normal((2, heads, hd)).astype(np.float32)
     k, v = (3 * rng.standard_normal((n_kv, kv_heads * hd)).astype(np.float32) for _ in "kv")

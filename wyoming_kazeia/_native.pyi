@@ -9,8 +9,8 @@ from .errors import ModelError as ModelError
 DECODER_GPU_CHUNK_FRAMES: int
 DECODER_MAX_CHUNK_FRAMES: int
 DECODER_PRECISIONS: tuple[str, ...]
-KV_CACHE_TYPES: tuple[str, ...]
 KERNEL_ISA: str
+KV_CACHE_TYPES: tuple[str, ...]
 PROMPT_ROLE_TOKENS: int
 PROMPT_TRAILER_TOKENS: int
 

@@ -131,7 +131,7 @@ class Engine:
         self.devices = resolve_placements(self.settings)  # SettingsError when one is not here
         # Generator and decoder compute at the same time while streaming: their idle workers
         # yield the cores to each other ("polite" pools).
-        self.generator = self._load_generator(self.settings.threads, self.devices)
+        self.generator = self._load_generator(self.settings, self.devices)
         # The in-process decoder (hundreds of MB) is loaded only where it decodes: with the
         # subprocess placement the kazeia-decoder process holds the only copy.
         # The decoder's facts come from its file, checked now (not per synthesis) also when the
@@ -176,7 +176,7 @@ class Engine:
         files = self._file_states()
         # The new generator loads while the old one still holds its copies of the weights (both
         # for a moment), so that the engine keeps a model when the files cannot be loaded.
-        self.generator = self._load_generator(self.settings.threads, self.devices)
+        self.generator = self._load_generator(self.settings, self.devices)
         decoder_hp = read_decoder_hparams(str(self.model_dir / "decoder.gguf"))
         self.sample_rate, self.hop_length = decoder_hp.sample_rate, decoder_hp.hop_length
         if self._decoder is not None:
@@ -186,15 +186,15 @@ class Engine:
         self._voice_model_key = None
         self._files = files
 
-    def _load_generator(self, threads: int, devices: dict[str, str]) -> Generator:
+    def _load_generator(self, settings: EngineSettings, devices: dict[str, str]) -> Generator:
         generator = Generator(
             str(self.model_dir / "talker.gguf"),
-            threads=threads,
+            threads=settings.threads,
             polite=True,
             talker_device=devices["talker"],
             predictor_device=devices["predictor"],
         )
-        generator.kv_cache_type = self.settings.kv_cache_type
+        generator.kv_cache_type = settings.kv_cache_type
         return generator
 
     def _load_decoder(self, threads: int) -> SpeechDecoder:
@@ -221,7 +221,7 @@ class Engine:
         reloads it, when next used."""
         devices = resolve_placements(settings)
         if any(devices[p] != self.devices[p] for p in ("talker", "predictor")):
-            self.generator = self._load_generator(settings.threads, devices)
+            self.generator = self._load_generator(settings, devices)
         self.generator.threads = settings.threads
         self.generator.kv_cache_type = settings.kv_cache_type
         if settings.decoder_precision != self.settings.decoder_precision:

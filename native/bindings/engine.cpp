@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -246,7 +247,9 @@ void def_engine(py::module_ &m) {
     m.attr("KERNEL_ISA") = kernel_isa();
     // The values of SpeechDecoder's `precision` (DecoderPrecision's order).
     m.attr("DECODER_PRECISIONS") = py::make_tuple(DECODER_PRECISIONS[0], DECODER_PRECISIONS[1]);
-    m.attr("KV_CACHE_TYPES") = py::make_tuple(KV_CACHE_TYPES[0], KV_CACHE_TYPES[1], KV_CACHE_TYPES[2]);
+    py::tuple kv_cache_types(std::size(KV_CACHE_TYPES));
+    for (size_t i = 0; i < std::size(KV_CACHE_TYPES); ++i) kv_cache_types[i] = KV_CACHE_TYPES[i];
+    m.attr("KV_CACHE_TYPES") = kv_cache_types;
     m.def("decoder_bf16_isa", &decoder_bf16_isa,
           "Where precision='bf16' multiplies on this CPU: AMX (the process then asks Linux for the "
           "tile registers, as a bf16 decoder does), AVX-512, AVX2, NEON or portable.");

@@ -119,9 +119,9 @@ ggml_tensor *concat_time(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
 
 // Softmax attention of n queries over n_kv keys, with grouped heads (query head h reads kv
 // head h / (nh / nkv)): q [hd, nh, n] (contiguous), k and v [hd, n_kv, nkv], both f32 or both
-// f16 (a talker cache of that type), with rows of hd values (any views with the same strides: a head-major cache's or kv_heads' view of
-// interleaved rows), mask [n_kv, n] added to the scaled scores (0 or -inf; every query sees at
-// least one key) -> [hd * nh, n]. One op instead of ggml's permute/cont/mul_mat/soft_max chain,
+// f16 (a talker cache of that type), with rows of hd values (any views with the same strides:
+// a head-major cache's or kv_heads' view of interleaved rows), mask [n_kv, n] added to the
+// scaled scores (0 or -inf; every query sees at least one key) -> [hd * nh, n]. One op instead of ggml's permute/cont/mul_mat/soft_max chain,
 // whose copies of the transposed V cache cost more than the attention itself on a streamed
 // frame.
 struct AttentionParams {

@@ -100,10 +100,10 @@ TalkerModel::TalkerModel(const std::string &path, int threads, const std::string
                                   cp_embd, "code predictor", weights);
 }
 
-bool TalkerModel::find_prefix(PrefixKv &out) const {
+bool TalkerModel::find_prefix(const std::vector<int32_t> &key, ggml_type type, PrefixKv &out) const {
     std::lock_guard<std::mutex> lock(prefix_mutex);
     for (auto it = prefix_cache.begin(); it != prefix_cache.end(); ++it) {
-        if (!it->same_prompt(out)) continue;
+        if (it->key != key || it->type != type) continue;
         prefix_cache.splice(prefix_cache.begin(), prefix_cache, it);
         out = prefix_cache.front();
         return true;
@@ -114,7 +114,7 @@ bool TalkerModel::find_prefix(PrefixKv &out) const {
 void TalkerModel::store_prefix(PrefixKv entry) const {
     std::lock_guard<std::mutex> lock(prefix_mutex);
     for (const PrefixKv &e : prefix_cache)
-        if (e.same_prompt(entry)) return;
+        if (e.key == entry.key && e.type == entry.type) return;
     prefix_cache.push_front(std::move(entry));
     if (prefix_cache.size() > PREFIX_CACHE_SIZE) prefix_cache.pop_back();
 }
@@ -191,9 +191,7 @@ void TalkerRun::step(const float *embed) {
 void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
     const int64_t rows = prompt.voice_rows;
     TalkerModel::PrefixKv entry;
-    entry.key = prompt.voice_key;
-    entry.type = cache_->type();
-    if (m_.find_prefix(entry) && entry.rows == rows) {
+    if (m_.find_prefix(prompt.voice_key, cache_->type(), entry) && entry.rows == rows) {
         for (size_t il = 0; il < cache_->k.size(); ++il)
             cache_->write_rows(il, rows, entry.k[il], entry.v[il]);
         return;
@@ -202,6 +200,8 @@ void TalkerRun::load_or_compute_voice(const Prompt &prompt) {
     voice->eval(prompt.prefill.data(), 0);
     ++computations_;
     spent_.push_back(std::move(voice));
+    entry.key = prompt.voice_key;
+    entry.type = cache_->type();
     entry.rows = rows;
     entry.k.resize(cache_->k.size());
     entry.v.resize(cache_->v.size());

@@ -79,13 +79,11 @@ struct TalkerModel {
                                          // later rows attend to the rounded earlier ones)
         int64_t rows = 0;
         std::vector<std::vector<float>> k, v;  // per layer, as KvCache::read_rows
-        bool same_prompt(const PrefixKv &o) const { return key == o.key && type == o.type; }
     };
     static constexpr size_t PREFIX_CACHE_SIZE = 16;
     mutable std::mutex prefix_mutex;
     mutable std::list<PrefixKv> prefix_cache;  // most recent first
-    // The entry of out.key and out.type, into `out`.
-    bool find_prefix(PrefixKv &out) const;
+    bool find_prefix(const std::vector<int32_t> &key, ggml_type type, PrefixKv &out) const;
     void store_prefix(PrefixKv entry) const;
 
     // Adds a frame's talker input, C(code 0) + the predictor's embeddings of codes 1..15, to

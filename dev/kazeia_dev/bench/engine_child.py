@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from wyoming_kazeia.native import Generator
 from wyoming_kazeia.pacing import SpeechRates
 from wyoming_kazeia.settings import EngineSettings
 
@@ -309,7 +310,7 @@ def _whole_vs_apart(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _kv_bytes_per_position(generator: Any) -> int:
+def _kv_bytes_per_position(generator: Generator) -> int:
     """Bytes the talker's K/V cache (of the generator's type) holds per position."""
     hp = generator.hparams
     kv_dim = int(hp["kazeia.talker.num_kv_heads"]) * int(hp["kazeia.talker.head_dim"])

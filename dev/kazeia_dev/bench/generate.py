@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from wyoming_kazeia.native import PROMPT_ROLE_TOKENS, PROMPT_TRAILER_TOKENS
-from wyoming_kazeia.settings import QUANT_TYPES
+from wyoming_kazeia.settings import QUANT_TYPES, EngineSettings
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
@@ -485,6 +485,7 @@ def child_generate(args: argparse.Namespace) -> dict[str, Any]:
     # The service's pools (engine.py): with more threads than cores, a pool whose idle workers
     # keep their cores makes every task wait for a descheduled thread.
     gen = Generator(str(args.gguf), threads=args.threads, polite=True)
+    gen.kv_cache_type = EngineSettings().kv_cache_type  # the service's
     load_s = time.perf_counter() - start
     rss_load = status_mb("VmRSS")
     rss_file_load = status_mb("RssFile")

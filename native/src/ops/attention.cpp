@@ -1,5 +1,6 @@
-// The decoder's windowed attention and its concatenation along time, as single custom ops: the
-// portable dot product and the ggml ops; the vector paths are in ops/x86/ and ops/arm/, the
+// The attention op (the decoder's windowed attention, the talker's over its f32 or f16 cache)
+// and the decoder's concatenation along time, as single custom ops: the portable dot products
+// and f16 widening, and the ggml ops; the vector paths are in ops/x86/ and ops/arm/, the
 // attention's row (shared by all) in ops/shared.h.
 #include "ops.h"
 
@@ -21,16 +22,36 @@ void concat_time_kernel(ggml_tensor *dst, int ith, int /*nth*/, void * /*userdat
     std::memcpy(static_cast<char *>(dst->data) + ggml_nbytes(a), b->data, ggml_nbytes(b));
 }
 
-// f16 -> f32.
+// f16 -> f32, exact, inline: ggml's conversion is a call per value, and a CPU without F16C
+// widens every key and value of a long answer at each step.
+float half_to_float(uint16_t h) {
+    const uint32_t sign = uint32_t(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f;
+    uint32_t mantissa = h & 0x3ff, bits;
+    if (exponent == 0x1f) {
+        bits = sign | 0x7f800000 | mantissa << 13;  // inf, nan
+    } else if (exponent != 0) {
+        bits = sign | (exponent + 112) << 23 | mantissa << 13;
+    } else if (mantissa == 0) {
+        bits = sign;
+    } else {  // a subnormal half is a normal float
+        uint32_t shift = 0;
+        while (!(mantissa & 0x400)) mantissa <<= 1, ++shift;
+        bits = sign | (113 - shift) << 23 | (mantissa & 0x3ff) << 13;
+    }
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 void widen(const uint16_t *in, float *out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) out[i] = ggml_fp16_to_fp32(in[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(in[i]);
 }
 
 // The two queries q[0..n) and q[n..2n) against one f16 row, each summed in order.
 void dot_pair(const float *q, const uint16_t *k, int64_t n, float *out) {
     out[0] = out[1] = 0.0f;
     for (int64_t i = 0; i < n; ++i) {
-        const float kf = ggml_fp16_to_fp32(k[i]);
+        const float kf = half_to_float(k[i]);
         out[0] += q[i] * kf;
         out[1] += q[n + i] * kf;
     }
@@ -47,12 +68,12 @@ void window_attention_kernel(ggml_tensor *dst, int ith, int nth, void *userdata)
     const auto *p = static_cast<const AttentionParams *>(userdata);
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const int64_t nh = q->ne[1], n = q->ne[2];
-    const size_t esize = ggml_type_size(k->type);
+    const int64_t esize = (int64_t)ggml_type_size(k->type);
     const int64_t row_stride = k->nb[1] / esize, head_stride = k->nb[2] / esize;
     const AttentionRow row{static_cast<const float *>(q->data), k->data, v->data,
                            static_cast<const float *>(mask->data), static_cast<float *>(dst->data),
                            q->ne[0], nh, k->ne[1], row_stride, head_stride, nh / p->n_kv_heads,
-                           p->scale, k->type == GGML_TYPE_F16};
+                           p->scale, esize};
     const int64_t n_tasks = n * p->n_kv_heads;
 #if KAZEIA_AVX2
     if (use_avx2())

@@ -81,8 +81,8 @@ struct WinogradRow {
 };
 
 // What one (query, head) task of the attention op reads and writes: a key or value row of
-// head g at position c starts at g * head_stride + c * row_stride elements, f32 or (kv_f16, a
-// talker cache of that type) f16.
+// head g at position c starts at g * head_stride + c * row_stride values of kv_bytes each: f32
+// (4), or f16 (2: a talker cache of that type).
 struct AttentionRow {
     const float *qd;
     const void *kd, *vd;
@@ -90,7 +90,7 @@ struct AttentionRow {
     float *od;
     int64_t hd, nh, n_kv, row_stride, head_stride, group;
     float scale;
-    bool kv_f16 = false;
+    int64_t kv_bytes = 4;
 };
 
 // A head's key or value rows may lie far apart (where a row holds all heads of a position,
@@ -147,7 +147,8 @@ __attribute__((always_inline)) inline void add_weighted_heads(float *o, int64_t 
                                                               int64_t stride, int64_t count) {
     int64_t d = 0;
     for (; d + ATTENTION_BLOCK <= hd; d += ATTENTION_BLOCK)
-        add_weighted_rows<ATTENTION_BLOCK, G>(o + d, hd, ATTENTION_BLOCK, w, w_stride, rows + d, stride, count);
+        add_weighted_rows<ATTENTION_BLOCK, G>(o + d, hd, ATTENTION_BLOCK, w, w_stride, rows + d,
+                                              stride, count);
     if (d < hd) add_weighted_rows<0, G>(o + d, hd, hd - d, w, w_stride, rows + d, stride, count);
 }
 
@@ -168,19 +169,23 @@ __attribute__((always_inline)) inline void add_weighted_tile(float *o0, int64_t 
 // to f32 (by `widen`, n values) into a buffer of the task's, a few rows at a time.
 template <void (*widen)(const uint16_t *, float *, int64_t)>
 struct AttentionRows {
-    const void *base;  // the head's row of the first position read
-    int64_t stride;    // elements from a row to the next
-    int64_t hd;
-    bool f16;
+    const char *base;  // the head's row of the first position read
+    int64_t stride;    // values from a row to the next
+    int64_t hd, value_bytes;
     float *buffer;  // ATTENTION_TILE rows of hd floats (f16 only)
 
-    int64_t row_bytes() const { return hd * (f16 ? 2 : 4); }
-    const void *raw(int64_t c) const {
-        return static_cast<const char *>(base) + c * stride * (f16 ? 2 : 4);
+    bool f16() const { return value_bytes == 2; }
+    int64_t row_bytes() const { return hd * value_bytes; }
+    const void *raw(int64_t c) const { return base + c * stride * value_bytes; }
+    // Row c as f32.
+    const float *row(int64_t c) const {
+        if (!f16()) return static_cast<const float *>(raw(c));
+        widen(static_cast<const uint16_t *>(raw(c)), buffer, hd);
+        return buffer;
     }
     // Rows c0 .. c1 - 1 (at most ATTENTION_TILE) as f32, rows `*step` floats apart.
     const float *rows(int64_t c0, int64_t c1, int64_t *step) const {
-        if (!f16) {
+        if (!f16()) {
             *step = stride;
             return static_cast<const float *>(raw(c0));
         }
@@ -203,7 +208,8 @@ struct AttentionRows {
 // both against an f16 key row in one pass over it, widened in registers. Always inlined, so
 // that a vector path's caller compiles it for its instructions (the weighted sums'
 // multiply-adds included).
-template <float (*dot)(const float *, const float *, int64_t), void (*widen)(const uint16_t *, float *, int64_t),
+template <float (*dot)(const float *, const float *, int64_t),
+          void (*widen)(const uint16_t *, float *, int64_t),
           void (*dot_pair_f16)(const float *, const uint16_t *, int64_t, float *)>
 __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, int64_t t) {
     const int64_t n_groups = a.nh / a.group, i = t / n_groups, g = t % n_groups;
@@ -216,29 +222,32 @@ __attribute__((always_inline)) inline void attention_row(const AttentionRow &a, 
     mask += c0;
     thread_local std::vector<float> weights_of_thread, rows_of_thread;
     weights_of_thread.resize(a.group * (n + 2));
-    if (a.kv_f16) rows_of_thread.resize(ATTENTION_TILE * a.hd);
-    const int64_t esize = a.kv_f16 ? 2 : 4, first = g * a.head_stride + c0 * a.row_stride;
-    const AttentionRows<widen> k_rows{static_cast<const char *>(a.kd) + first * esize, a.row_stride,
-                                      a.hd, a.kv_f16, rows_of_thread.data()};
-    const AttentionRows<widen> v_rows{static_cast<const char *>(a.vd) + first * esize, a.row_stride,
-                                      a.hd, a.kv_f16, rows_of_thread.data()};
+    const bool f16 = a.kv_bytes == 2;
+    if (f16) rows_of_thread.resize(ATTENTION_TILE * a.hd);
+    const int64_t first = (g * a.head_stride + c0 * a.row_stride) * a.kv_bytes;
+    const AttentionRows<widen> k_rows{static_cast<const char *>(a.kd) + first, a.row_stride, a.hd,
+                                      a.kv_bytes, rows_of_thread.data()};
+    const AttentionRows<widen> v_rows{static_cast<const char *>(a.vd) + first, a.row_stride, a.hd,
+                                      a.kv_bytes, rows_of_thread.data()};
     float *const weights = weights_of_thread.data();  // [group][n]: the scores, then their exps
     float *const max_score = weights + a.group * n, *const total = max_score + a.group;
     std::fill(max_score, max_score + a.group, -INFINITY);
     const float *q0 = a.qd + (i * a.nh + g * a.group) * a.hd;
-    const bool paired = a.kv_f16 && a.group == 2;
+    const bool paired = f16 && a.group == 2;
     for (int64_t c = 0; c < n; ++c) {
         if (c + ATTENTION_PREFETCH < n) prefetch_row(k_rows.raw(c + ATTENTION_PREFETCH), k_rows.row_bytes());
-        float pair[2];
-        int64_t step;
+        if (mask[c] == -INFINITY) {
+            for (int64_t h = 0; h < a.group; ++h) weights[h * n + c] = -INFINITY;
+            continue;
+        }
+        float pair[2] = {};
         const float *kv = nullptr;
         if (paired)
             dot_pair_f16(q0, static_cast<const uint16_t *>(k_rows.raw(c)), a.hd, pair);
         else
-            kv = k_rows.rows(c, c + 1, &step);
+            kv = k_rows.row(c);
         for (int64_t h = 0; h < a.group; ++h) {
-            const float s = mask[c] == -INFINITY ? -INFINITY
-                            : (paired ? pair[h] : dot(q0 + h * a.hd, kv, a.hd)) * a.scale + mask[c];
+            const float s = (paired ? pair[h] : dot(q0 + h * a.hd, kv, a.hd)) * a.scale + mask[c];
             weights[h * n + c] = s;
             max_score[h] = std::max(max_score[h], s);
         }
