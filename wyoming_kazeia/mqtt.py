@@ -255,6 +255,21 @@ class MqttBridge:
                 {"entity_category": "config", "icon": icon},
             )
 
+        def setting_select(key: str, name: str, icon: str) -> _Entity:
+            """A select of an engine setting with declared choices."""
+            return _Entity(
+                "select",
+                key,
+                name,
+                lambda: str(getattr(service.settings, key)),
+                lambda text: self._set(**{key: text}),
+                {
+                    "options": list(EngineSettings.bounds(key).choices),
+                    "entity_category": "config",
+                    "icon": icon,
+                },
+            )
+
         diagnostic = {"entity_category": "diagnostic"}
         return [
             _Entity(
@@ -289,30 +304,8 @@ class MqttBridge:
                     "icon": "mdi:expansion-card",
                 },
             ),
-            _Entity(
-                "select",
-                "decoder_precision",
-                "Decoder precision",
-                lambda: service.settings.decoder_precision,
-                lambda text: self._set(decoder_precision=text),
-                {
-                    "options": list(EngineSettings.bounds("decoder_precision").choices),
-                    "entity_category": "config",
-                    "icon": "mdi:chip",
-                },
-            ),
-            _Entity(
-                "select",
-                "kv_cache_type",
-                "K/V cache type",
-                lambda: service.settings.kv_cache_type,
-                lambda text: self._set(kv_cache_type=text),
-                {
-                    "options": list(EngineSettings.bounds("kv_cache_type").choices),
-                    "entity_category": "config",
-                    "icon": "mdi:memory",
-                },
-            ),
+            setting_select("decoder_precision", "Decoder precision", "mdi:chip"),
+            setting_select("kv_cache_type", "K/V cache type", "mdi:memory"),
             _Entity(
                 "number",
                 "stream_chunk",
