@@ -5,16 +5,11 @@
 #if KAZEIA_AVX2
 #include <immintrin.h>
 
+#include "ops/x86/hsum.h"
+
 namespace kazeia::x86 {
 
 namespace {
-
-// A vector's 8 lanes added: (0+4, 1+5, 2+6, 3+7), then pairs, then the two.
-KAZEIA_AVX2_FN float hsum(__m256 acc) {
-    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    const __m128 quad = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    return _mm_cvtss_f32(_mm_add_ss(quad, _mm_movehdup_ps(quad)));
-}
 
 // A dot product: groups of 8, then the tail (fused multiply-adds).
 KAZEIA_AVX2_FN float dot_avx2(const float *a, const float *b, int64_t n) {

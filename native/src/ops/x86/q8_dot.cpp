@@ -15,20 +15,13 @@
 #if KAZEIA_AVX2
 #include <immintrin.h>
 
+#include "ops/x86/hsum.h"
+
 namespace kazeia::x86 {
 
 namespace {
 
 constexpr int R = Q8_DOT_ROWS;
-
-// ggml's horizontal sum of 8 floats: the high half onto the low, then the upper pair onto the
-// lower, then the second lane onto the first.
-KAZEIA_AVX2_FN inline float hsum_ggml(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 KAZEIA_AVX2_FN inline __m256i load_qs(const Q8Block &b) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qs));
@@ -65,7 +58,7 @@ KAZEIA_AVX2_FN void q8_dot_rows_avx2(const Q8Block *const w[Q8_DOT_ROWS],
             acc[r] = add_block(acc[r], _mm256_madd_epi16(pairs, ones), w[r][b].d, dx);
         }
     }
-    for (int r = 0; r < R; ++r) y[r] = hsum_ggml(acc[r]);
+    for (int r = 0; r < R; ++r) y[r] = hsum(acc[r]);
 }
 
 // The same lane sums from unsigned weights (+128) times signed activations: each lane starts
@@ -87,7 +80,7 @@ KAZEIA_Q8_DOT_VNNI_FN void q8_dot_rows_vnni(const Q8Block *const w[Q8_DOT_ROWS],
             acc[r] = add_block(acc[r], _mm256_dpbusd_epi32(offset, qw, qx), w[r][b].d, dx);
         }
     }
-    for (int r = 0; r < R; ++r) y[r] = hsum_ggml(acc[r]);
+    for (int r = 0; r < R; ++r) y[r] = hsum(acc[r]);
 }
 
 }  // namespace kazeia::x86
