@@ -121,9 +121,9 @@ ggml_tensor *concat_time(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b);
 // head h / (nh / nkv)): q [hd, nh, n] (contiguous), k and v [hd, n_kv, nkv], both f32 or both
 // f16 (a talker cache of that type), with rows of hd values (any views with the same strides:
 // a head-major cache's or kv_heads' view of interleaved rows), mask [n_kv, n] added to the
-// scaled scores (0 or -inf; every query sees at least one key) -> [hd * nh, n]. One op instead of ggml's permute/cont/mul_mat/soft_max chain,
-// whose copies of the transposed V cache cost more than the attention itself on a streamed
-// frame.
+// scaled scores (0 or -inf; every query sees at least one key) -> [hd * nh, n]. One op instead
+// of ggml's permute/cont/mul_mat/soft_max chain, whose copies of the transposed V cache cost
+// more than the attention itself on a streamed frame.
 struct AttentionParams {
     int64_t n_kv_heads = 1;
     float scale = 1.0f;
