@@ -222,8 +222,9 @@ class Engine:
         devices = resolve_placements(settings)
         if any(devices[p] != self.devices[p] for p in ("talker", "predictor")):
             self.generator = self._load_generator(settings, devices)
-        self.generator.threads = settings.threads
-        self.generator.kv_cache_type = settings.kv_cache_type
+        else:
+            self.generator.threads = settings.threads
+            self.generator.kv_cache_type = settings.kv_cache_type
         if settings.decoder_precision != self.settings.decoder_precision:
             # Other samples: the saved decoder states of the old precision do not continue them.
             with self._primed_lock:
