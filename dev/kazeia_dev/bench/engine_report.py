@@ -150,8 +150,10 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
         f"process after its runs): talker {alone['talker_ms']:.1f} ms/frame for "
         f"{floor['talker_mb']:.0f} MB of weights (floor {floor['talker_floor_ms']:.1f} ms), "
         f"code predictor {alone['predictor_ms']:.1f} ms/frame for "
-        f"{floor['predictor_mb']:.0f} MB (floor {floor['predictor_floor_ms']:.1f} ms), at the "
-        f"{floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
+        f"{floor['predictor_mb']:.0f} MB (floor {floor['predictor_floor_ms']:.1f} ms; "
+        f"{floor['predictor_cached_floor_ms']:.1f} ms at the {floor['reread_gb_s']:.1f} GB/s "
+        f"of re-reading one pass's {floor['predictor_pass_mb']:.0f} MB, partly from the "
+        f"cache), at the {floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
         f"({result['config']['bandwidth_threads']} threads)",
     ]
 
