@@ -115,7 +115,9 @@ def test_the_quantized_prefill_gives_the_x86_codes(
 ) -> None:
     """A q8_0 talker wide enough for its quant blocks: the prompt's prefill runs the q8_0 GEMM
     (here its NEON dot-product path: qemu's CPU has it), whose every path gives the same bits,
-    so the greedy codes equal those of the native x86-64 build. With an f16 K/V cache (the NEON
+    and so do the code predictor's steps where its matrices are kept as the GEMM's panels (the
+    same last-level cache reported to both builds), so the greedy codes equal those of the
+    native x86-64 build. With an f16 K/V cache (the NEON
     widening and paired scores against F16C's) the first frame's: what the prompt's rows give
     through the rounded cache; the same values summed in other orders, later frames of random
     weights reach near-ties whose argmax the order decides (measured: codes 2-15 of frame 4)."""

@@ -436,15 +436,46 @@ for m, k, n in shapes:
     w = rng.standard_normal((m, k), dtype=np.float32)
     x = rng.standard_normal((n, k), dtype=np.float32)
     out[f"{m}x{k}x{n}"] = testing.q8_matmul(w, x)["y"]
+    if m % 8 == 0:
+        out[f"{m}x{k}x{n}_panels"] = testing.q8_matmul(w, x, panels=True)["y"]
 np.savez(sys.argv[1], isa=np.array(testing.Q8_GEMM_ISA), **out)
 """
+
+# Products with a matrix kept as panels (the code predictor's): whole panels of rows, one column
+# (a decoding step), two (the predictor's first pass) and more (a prefill).
+Q8_PANEL_SHAPES = [(64, 256, 1), (2048, 1024, 1), (1024, 3072, 1), (256, 1024, 2), (64, 256, 13)]
+
+
+@pytest.mark.parametrize(("m", "k", "n"), Q8_PANEL_SHAPES)
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_a_matrix_kept_as_panels_gives_the_bits_of_the_q8_gemm(
+    m: int, k: int, n: int, threads: int
+) -> None:
+    """A q8_0 matrix packed once into the GEMM's panels and multiplied from them gives the bits
+    of the GEMM that packs its panels per product (the same kernels on the same values), for
+    any number of columns and threads, within 1e-5 of float64 on the same quantized values."""
+    w, x = _q8_inputs(m, k, n)
+    packed = testing.q8_matmul(w, x, panels=True, threads=threads)
+    gemm = testing.q8_matmul(w, x, gemm=True, threads=threads)
+    exact = packed["x"].astype(np.float64) @ packed["w"].astype(np.float64).T
+    assert packed["y"].shape == (n, m)
+    assert np.abs(packed["y"] - exact).max() < 1e-5 * np.abs(exact).max()
+    assert np.array_equal(packed["y"], gemm["y"])
+
+
+def test_panels_need_whole_panels_of_rows() -> None:
+    """A matrix whose rows are not a whole number of 8-row panels is refused, not misread."""
+    w, x = _q8_inputs(20, 64, 1)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        testing.q8_matmul(w, x, panels=True)
 
 
 @pytest.mark.parametrize("forced", ["portable", "avx2"])
 def test_q8_gemm_gives_the_same_bits_on_every_path(forced: str, tmp_path: Path) -> None:
     """Every path of the GEMM (forced by KAZEIA_KERNELS in a fresh process) gives exactly the
-    bits of the path this CPU runs: integer sums are exact and the float steps are the same
-    operations in the same order. (The NEON path: tests/test_arm64.py.)"""
+    bits of the path this CPU runs, whether it packs its panels per product or multiplies a
+    matrix kept as panels: integer sums are exact and the float steps are the same operations
+    in the same order. (The NEON path: tests/test_arm64.py.)"""
     if forced == "avx2" and testing.Q8_GEMM_ISA not in ("AVX2", "AVX-512 VNNI"):
         pytest.skip(f"this CPU has no AVX2 ({testing.Q8_GEMM_ISA})")
     shapes = [f"{m}x{k}x{n}" for m, k, n in Q8_SHAPES]
@@ -453,6 +484,8 @@ def test_q8_gemm_gives_the_same_bits_on_every_path(forced: str, tmp_path: Path) 
     for m, k, n in Q8_SHAPES:
         native_y = testing.q8_matmul(*_q8_inputs(m, k, n))["y"]
         assert np.array_equal(got[f"{m}x{k}x{n}"], native_y), (m, k, n)
+        if m % 8 == 0:  # a matrix kept as panels, packed for the forced path
+            assert np.array_equal(got[f"{m}x{k}x{n}_panels"], native_y), (m, k, n)
 
 
 # /proc/cpuinfo's names for the instruction sets ggml reports (x86 "flags", ARM "Features").

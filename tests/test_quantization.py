@@ -9,10 +9,11 @@ the talker (first code of 8 prompts) and the code predictor (15 heads of the fir
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import mid_checkpoint
+from conftest import mid_checkpoint, run_fresh
 from kazeia_dev.bench.quality import mean_kl
 
 from wyoming_kazeia._native import testing
@@ -143,3 +144,50 @@ def test_the_mixed_type_puts_4_bits_on_the_talker_layers_only(
             kind = "other matrix"
         types.setdefault(kind, set()).add(t.tensor_type.name)
     assert types == {"talker layer": {"Q4_K"}, "other matrix": {"Q8_0"}, "norm/bias": {"F32"}}
+
+
+# Run in a fresh process (KAZEIA_KERNELS set or not): argv = out.npz, talker.gguf; a greedy trace
+# of 3 frames.
+Q8_TRACE = """
+import sys
+import numpy as np
+from wyoming_kazeia import native
+from wyoming_kazeia._native import testing
+generator = native.Generator(sys.argv[2], threads=2)
+ids = np.array([151644, 77091, 198, 5000, 60000, 7000, 151645, 198, 151644, 77091, 198])
+trace = testing.trace(generator, ids, "vivian", "english", False, 3)
+np.savez(sys.argv[1], codes=trace["codes"],
+         cp_logits=trace["cp_logits"], panels=[trace["talker_panels"], trace["predictor_panels"]])
+"""
+
+
+def test_the_code_predictor_keeps_its_q8_0_matrices_as_panels_where_they_pay(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """Where the CPU has a vector path for the q8_0 GEMM, the code predictor's q8_0 layer
+    matrices are kept as its panels (here forced on: whether the last-level cache holds them
+    depends on the machine; KAZEIA_Q8_PANELS=off keeps rows), the talker's stay rows, and the
+    code predictor's logits and codes are the same with our kernels forced to AVX2 as on this
+    CPU's own path (each product's bits on every path: tests/test_ops.py)."""
+    if testing.Q8_GEMM_ISA not in ("AVX2", "AVX-512 VNNI"):
+        pytest.skip(f"this CPU has no AVX2 ({testing.Q8_GEMM_ISA})")
+    base = tmp_path_factory.getbasetemp() / "mid"
+    talker = base / "talker-q8_0.gguf"
+    if not talker.exists():
+        convert_part("talker", mid_checkpoint(base / "ckpt"), talker, "q8_0")
+    runs = {"cpu": ("", "on"), "avx2": ("avx2", "on"), "rows": ("", "off")}
+    got = {
+        name: run_fresh(
+            Q8_TRACE,
+            tmp_path / f"{name}.npz",
+            [str(talker)],
+            {"KAZEIA_KERNELS": kernels, "KAZEIA_Q8_PANELS": panels},
+        )
+        for name, (kernels, panels) in runs.items()
+    }
+    layers = 2  # the mid checkpoint's code predictor: 7 matrices each
+    assert list(got["cpu"]["panels"]) == list(got["avx2"]["panels"]) == [0, 7 * layers]
+    assert list(got["rows"]["panels"]) == [0, 0]
+    assert got["cpu"]["cp_logits"].shape == (3, 15, 2048)
+    assert np.array_equal(got["cpu"]["cp_logits"], got["avx2"]["cp_logits"])
+    assert np.array_equal(got["cpu"]["codes"], got["avx2"]["codes"])

@@ -219,7 +219,7 @@ class _Testing:
         kv_block: int = 256,
         voice: Voice | None = None,
         forced_codes: npt.ArrayLike | None = None,
-    ) -> dict[str, npt.NDArray[Any]]: ...
+    ) -> dict[str, Any]: ...
     def select_token(
         self,
         logits: npt.ArrayLike,
@@ -254,6 +254,7 @@ class _Testing:
         gemm: bool = True,
         threads: int = 2,
         repeats: int = 1,
+        panels: bool = False,
     ) -> dict[str, Any]: ...
     def read_bandwidth(self, megabytes: int = 256, threads: int = 2) -> float: ...
     def fma_peak(self, threads: int = 2) -> float: ...

@@ -290,7 +290,8 @@ double fma_peak(int threads) {
 
 // A q8_0 product y = W x^T as the engine computes it: W [M, K] quantized to q8_0 by ggml, x
 // [n, K] converted to q8_0 as ggml's CPU backend does for a dot product, then pool_mul_mat's
-// mul_mat_converted with the GEMM or with ggml's dot product only. Returns y [n, M], the
+// mul_mat_converted with the GEMM or with ggml's dot product only, or (panels) W kept as the
+// GEMM's panels (q8_pack_matrix, outside the timing) and q8_gemm_packed. Returns y [n, M], the
 // dequantized W and x (what the integer sums see) and the median seconds of `repeats` runs.
 // The decoder's conv GEMM alone: w [out, taps * in] (row m: tap 0's in values, then tap 1's,
 // ...), x [len + (taps - 1) * dilation, in] (left context first), packed and computed as the
@@ -340,9 +341,11 @@ py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64
 }
 
 py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int threads,
-                       int repeats) {
+                       int repeats, bool panels) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32)
         throw InputError("q8_matmul: w [M, K] and x [n, K] with K a multiple of 32");
+    if (panels && w.shape(0) % Q8_GEMM_ROWS)
+        throw InputError("q8_matmul: panels need M a multiple of 8");
     if (threads < 1 || repeats < 1) throw InputError("q8_matmul: threads and repeats >= 1");
     const int64_t M = w.shape(0), K = w.shape(1), n = x.shape(0);
     const BackendPtr backend(new_cpu_backend());  // initializes ggml's CPU tables (fp16)
@@ -355,12 +358,21 @@ py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int 
     const ggml_to_float_t to_float = ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float;
     to_float(wq.data(), w_deq.mutable_data(), M * K);
     to_float(xq.data(), x_deq.mutable_data(), n * K);
+    std::vector<uint8_t> packed;
+    if (panels) {
+        packed.resize(wq.size());
+        q8_pack_matrix(wq.data(), M, K, packed.data());
+    }
     WorkerPool pool(threads);
     std::vector<double> seconds;
     for (int rep = 0; rep < repeats; ++rep) {
         const auto start = std::chrono::steady_clock::now();
-        mul_mat_converted(reinterpret_cast<const char *>(wq.data()), row, GGML_TYPE_Q8_0, M, K,
-                          reinterpret_cast<const char *>(xq.data()), row, n, y.mutable_data(), &pool, gemm);
+        if (panels)
+            q8_gemm_packed(packed.data(), M, K, xq.data(), n, y.mutable_data(), &pool);
+        else
+            mul_mat_converted(reinterpret_cast<const char *>(wq.data()), row, GGML_TYPE_Q8_0, M, K,
+                              reinterpret_cast<const char *>(xq.data()), row, n, y.mutable_data(),
+                              &pool, gemm);
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(seconds.begin(), seconds.end());
@@ -391,9 +403,10 @@ void def_testing(py::module_ &m) {
           "the decoder's GEMM uses here (median of 5 passes).");
     m.attr("FMA_PEAK_ISA") = fma_path().name;
     m.def("q8_matmul", &run_q8_matmul, py::arg("w"), py::arg("x"), py::arg("gemm") = true,
-          py::arg("threads") = 2, py::arg("repeats") = 1,
+          py::arg("threads") = 2, py::arg("repeats") = 1, py::arg("panels") = false,
           "A q8_0 product as the engine computes it (q8_gemm, or gemm=False: ggml's dot product "
-          "per row and column): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
+          "per row and column; panels=True: W kept as the GEMM's panels, as the code predictor's "
+          "matrices are): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
     m.attr("KV_BLOCK") = DEFAULT_KV_BLOCK;
     m.def("conv_gemm", &run_conv_gemm, py::arg("w"), py::arg("x"), py::arg("taps") = 1,
@@ -501,6 +514,8 @@ void def_testing(py::module_ &m) {
             out["talker_logits"] = rows(trace.talker_logits, vocab);
             out["talker_hidden"] = rows(trace.talker_hidden, d);
             out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (heads * cpv), heads, cpv});
+            out["talker_panels"] = trace.talker_panels;
+            out["predictor_panels"] = trace.predictor_panels;
             return out;
         },
         py::arg("generator"), py::arg("input_ids"), py::arg("speaker") = "",
@@ -510,7 +525,8 @@ void def_testing(py::module_ &m) {
         "Greedy generation (repetition penalty 1) recording every intermediate the official "
         "reference pins down. kv_block: talker cache growth step. forced_codes (int [T, 16]): "
         "teacher forcing, frame i is row i whatever the argmax (the logits are those of the "
-        "forced history; quality measurements); at most T frames.");
+        "forced history; quality measurements); at most T frames. talker_panels, "
+        "predictor_panels: the layer matrices of each stack kept as the q8_0 GEMM's panels.");
 }
 
 }  // namespace kazeia::bindings

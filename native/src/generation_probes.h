@@ -19,6 +19,8 @@ struct GenerationTrace {
     std::vector<float> talker_logits;   // [calls, vocab] raw codec_head logits
     std::vector<float> talker_hidden;   // [calls, hidden] final-norm hidden at the last position
     std::vector<float> cp_logits;       // [frames, groups - 1, cp vocab] raw
+    // The layer matrices of each stack kept as the q8_0 GEMM's panels (has_q8_panels).
+    int64_t talker_panels = 0, predictor_panels = 0;
 };
 
 // The talker's KV cache slots added at a time unless a probe says otherwise.

@@ -13,6 +13,7 @@
 #include "devices_internal.h"
 #include "frame_graph.h"
 #include "generation_probes.h"
+#include "ops.h"
 #include "kazeia/devices.h"
 #include "kazeia/error.h"
 #include "prompt.h"
@@ -290,6 +291,16 @@ std::unique_ptr<GenerationSession> start_probed(const Generator &generator,
                                                 const std::vector<int32_t> &input_ids,
                                                 const GenerationOptions &options,
                                                 const GenerationProbes &probes) {
+    if (probes.trace) {
+        const TalkerModel &m = *generator.model_;
+        auto panels = [](const LmStack &stack) {
+            int64_t n = 0;
+            for (const ggml_tensor *t : stack_matrices(stack)) n += has_q8_panels(t);
+            return n;
+        };
+        probes.trace->talker_panels = panels(m.talker_at.stack);
+        probes.trace->predictor_panels = panels(m.predictor_at.stack);
+    }
     return std::unique_ptr<GenerationSession>(new GenerationSession(
         std::make_unique<GenerationSession::State>(*generator.model_, input_ids, options, probes)));
 }

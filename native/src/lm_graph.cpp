@@ -81,8 +81,16 @@ std::vector<ggml_tensor *> stack_tensors(const LmStack &stack) {
     return out;
 }
 
+std::vector<ggml_tensor *> stack_matrices(const LmStack &stack) {
+    std::vector<ggml_tensor *> out;
+    for (const LmLayer &L : stack.layers)
+        for (ggml_tensor *LmLayer::*t : LM_LAYER_MATRICES) out.push_back(L.*t);
+    return out;
+}
+
 DeviceCopies::DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,
-                           const char *what, GgufWeights *source) {
+                           const char *what, GgufWeights *source,
+                           const std::vector<ggml_tensor *> &as_panels) {
     ggml_init_params params = {ggml_tensor_overhead() * (tensors.size() + 1), nullptr, true};
     ctx_.reset(ggml_init(params));
     // In the order given (the stacks' own), not the map's: the layout and the order in which
@@ -104,7 +112,12 @@ DeviceCopies::DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backe
     // Before the first write, which is when the pages are chosen.
     if (cpu) prefer_huge_pages(buffer_.get());
     for (const auto &[host, copy] : order) {
-        ggml_backend_tensor_set(copy, host->data, 0, ggml_nbytes(host));
+        const bool panels = cpu && fits_q8_panels(copy) &&
+                            std::find(as_panels.begin(), as_panels.end(), host) != as_panels.end();
+        if (panels)
+            store_q8_panels(copy, host->data);
+        else
+            ggml_backend_tensor_set(copy, host->data, 0, ggml_nbytes(host));
         if (source) source->discard(host);
     }
 }

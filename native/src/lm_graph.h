@@ -27,6 +27,9 @@ inline constexpr ggml_tensor *LmLayer::*LM_LAYER_TENSORS[] = {
     &LmLayer::attn_norm, &LmLayer::q,      &LmLayer::k,        &LmLayer::v,
     &LmLayer::o,         &LmLayer::q_norm, &LmLayer::k_norm,   &LmLayer::ffn_norm,
     &LmLayer::gate,      &LmLayer::up,     &LmLayer::down};
+// Its matrices (the others are norms' vectors).
+inline constexpr ggml_tensor *LmLayer::*LM_LAYER_MATRICES[] = {
+    &LmLayer::q, &LmLayer::k, &LmLayer::v, &LmLayer::o, &LmLayer::gate, &LmLayer::up, &LmLayer::down};
 
 struct LmStack {
     LmHParams hp;
@@ -36,6 +39,8 @@ struct LmStack {
 
 // Every weight tensor of a stack (its layers and final norm).
 std::vector<ggml_tensor *> stack_tensors(const LmStack &stack);
+// The matrices of a stack's layers (what pool_mul_mat multiplies on the CPU).
+std::vector<ggml_tensor *> stack_matrices(const LmStack &stack);
 
 // Copies of tensors in one buffer of a device's memory, made once at load: the weights of a
 // stack placed on a GPU, or on the CPU in the process's own memory (StackPlacement says why).
@@ -43,9 +48,11 @@ class DeviceCopies {
   public:
     // ModelError naming `what` when the device's memory cannot hold them. With
     // `source`, the file's pages of each tensor are given back once it is copied
-    // (GgufWeights::discard), so that the two never add up in memory.
+    // (GgufWeights::discard), so that the two never add up in memory. In the CPU's memory, those
+    // of `as_panels` that fit are kept as q8_0 panels (store_q8_panels).
     DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,
-                 const char *what, GgufWeights *source = nullptr);
+                 const char *what, GgufWeights *source = nullptr,
+                 const std::vector<ggml_tensor *> &as_panels = {});
     // The copy of `host` (null for null); std::logic_error when it was not copied.
     ggml_tensor *operator[](const ggml_tensor *host) const;
     // The stack with every tensor replaced by its copy.

@@ -79,6 +79,16 @@ namespace kazeia {
 ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
                           ggml_tensor *ids = nullptr);
 
+// A q8_0 weight matrix kept as the q8_0 GEMM's panels (q8_pack_matrix), which pool_mul_mat
+// multiplies with q8_gemm_packed: the CPU's copy of the code predictor's layer matrices
+// (DeviceCopies) where q8_keeps_panels says so and the rows are whole panels (fits_q8_panels).
+// Such a tensor carries a tag in ggml_tensor::extra (the field ggml leaves to a backend's own
+// layout of a tensor's data), and only pool_mul_mat may read it.
+bool fits_q8_panels(const ggml_tensor *w);
+// Writes the q8_0 rows `rows` of w's shape into w's data (host memory) as panels and tags w.
+void store_q8_panels(ggml_tensor *w, const void *rows);
+bool has_q8_panels(const ggml_tensor *w);
+
 // The q8_0 dot product of a decoding step on this CPU: "AVX-512 VNNI" or "AVX2" (ours, 4 rows
 // at a time from 4 streams, each row with the bits of ggml's AVX2 dot product), or "ggml" (its
 // dot product row by row, read as weight_reads says: aarch64, x86-64 without AVX2).

@@ -32,6 +32,25 @@ bool q8_gemm_pays(int64_t n);
 void q8_gemm(const void *w, int64_t w_row_bytes, int64_t M, int64_t K, const void *x, int64_t n,
              float *y, WorkerPool *pool);
 
+// Whether a stack of q8_0 weight matrices (`bytes` in all) that every frame reads many times is
+// worth keeping as panels (q8_pack_matrix): where q8_gemm has a vector path and the CPU's
+// last-level cache can hold them. Its kernels then serve a decoding step's single column too,
+// with far fewer instructions per weight than a dot product per row, which is what bounds the
+// products while the weights come from the cache; read from memory, rows read as several
+// prefetched streams are no slower. KAZEIA_Q8_PANELS=on or =off forces the choice (where a
+// vector path exists; benches and tests compare them).
+bool q8_keeps_panels(int64_t bytes);
+
+// The bytes of a matrix of M rows of K / 32 q8_0 blocks (M % Q8_GEMM_ROWS == 0), contiguous,
+// written to `out` as its panels, each in the bytes its rows took (the panel's words, then its
+// scales): for q8_gemm_packed, on this CPU's path.
+void q8_pack_matrix(const void *w, int64_t M, int64_t K, void *out);
+
+// y[j * M + m] = W[m] . X[j] for all M rows of a matrix q8_pack_matrix wrote, X as for q8_gemm:
+// the same bits as q8_gemm. Runs on `pool`.
+void q8_gemm_packed(const void *panels, int64_t M, int64_t K, const void *x, int64_t n, float *y,
+                    WorkerPool *pool);
+
 // The path q8_gemm takes on this CPU ("AVX-512 VNNI", "AVX2", "NEON dot product", "portable").
 // KAZEIA_KERNELS=portable forces the portable loops, =avx2 the AVX2 path (tests compare them).
 const char *q8_gemm_isa();

@@ -8,6 +8,7 @@
 #include "kazeia/error.h"
 #include "ops.h"
 #include "prompt.h"
+#include "q8_gemm.h"
 #include "talker.h"
 
 namespace kazeia {
@@ -60,14 +61,21 @@ LmStack bind_stack(const GgufWeights &w, const char *prefix, const LmHParams &hp
 
 StackPlacement::StackPlacement(const std::string &device_id, const LmStack &host, ggml_tensor *in_w,
                                ggml_tensor *in_b, ggml_tensor *head_, ggml_tensor *heads_,
-                               ggml_tensor *embd_, const char *what, GgufWeights &source)
+                               ggml_tensor *embd_, const char *what, GgufWeights &source,
+                               bool panels)
     : device(device_id), embd(embd_) {
     std::vector<ggml_tensor *> tensors = stack_tensors(host);
     tensors.insert(tensors.end(), {in_w, in_b, head_, heads_});  // (DeviceCopies skips nulls)
     if (!on_cpu()) tensors.push_back(embd_);  // the CPU reads its few rows where they are
     const ggml_backend_buffer_type_t buft =
         on_cpu() ? ggml_backend_cpu_buffer_type() : ggml_backend_dev_buffer_type(gpu_device(device));
-    copies = std::make_unique<DeviceCopies>(tensors, buft, what, &source);
+    std::vector<ggml_tensor *> as_panels;
+    if (panels && on_cpu()) {
+        int64_t bytes = 0;
+        for (const ggml_tensor *t : stack_matrices(host)) bytes += (int64_t)ggml_nbytes(t);
+        if (q8_keeps_panels(bytes)) as_panels = stack_matrices(host);
+    }
+    copies = std::make_unique<DeviceCopies>(tensors, buft, what, &source, as_panels);
     stack = copies->stack(host);
     in_proj_w = (*copies)[in_w], in_proj_b = (*copies)[in_b], head = (*copies)[head_], heads = (*copies)[heads_];
     if (!on_cpu()) embd = (*copies)[embd_];
@@ -95,9 +103,9 @@ TalkerModel::TalkerModel(const std::string &path, int threads, const std::string
     cp_embd = weights.tensor(tlk_name::CP_EMBD);
     cp_heads = weights.tensor(tlk_name::CP_HEADS);
     talker_at = StackPlacement(talker_device, talker, nullptr, nullptr, head, nullptr, codec_embd,
-                               "talker", weights);
+                               "talker", weights, /*panels=*/false);
     predictor_at = StackPlacement(predictor_device, predictor, cp_proj_w, cp_proj_b, nullptr, cp_heads,
-                                  cp_embd, "code predictor", weights);
+                                  cp_embd, "code predictor", weights, /*panels=*/true);
 }
 
 bool TalkerModel::find_prefix(const std::vector<int32_t> &key, ggml_type type, PrefixKv &out) const {

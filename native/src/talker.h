@@ -42,10 +42,14 @@ struct StackPlacement {
 
     StackPlacement() = default;
     // `head` or `heads` as LmGraph takes them; `in_proj_*` and `embd` may be null. The file's
-    // pages of what is copied go back to `source` (GgufWeights::discard).
+    // pages of what is copied go back to `source` (GgufWeights::discard). `panels`: a stack whose
+    // weights each frame reads many times (the code predictor's, 15 passes): on the CPU its
+    // layers' q8_0 matrices are kept as the q8_0 GEMM's panels where q8_keeps_panels says so
+    // (from the cache, its products are bound by their instructions, which panels cut). A stack
+    // read once a frame (the talker's) is bound by memory, where panels gain nothing.
     StackPlacement(const std::string &device, const LmStack &host, ggml_tensor *in_proj_w,
                    ggml_tensor *in_proj_b, ggml_tensor *head, ggml_tensor *heads, ggml_tensor *embd,
-                   const char *what, GgufWeights &source);
+                   const char *what, GgufWeights &source, bool panels);
     bool on_cpu() const { return is_cpu(device); }
     // The pool its graphs run our CPU ops in: `cpu_pool` on the CPU; none on a GPU, whose
     // graphs are ggml's own ops only (see LmGraph).

@@ -74,14 +74,14 @@ KAZEIA_AMX_FN void amx_bf16_tiles(int64_t na, int64_t ng, const uint16_t *a, int
 KAZEIA_AVX2_FN void attention_row_avx2(const AttentionRow &a, int64_t t);
 
 // The q8_0 GEMM (x86/q8_gemm.cpp): the repacking of Q8_GEMM_ROWS weight rows (w_row_bytes
-// apart, nb blocks each) into `p`, for both paths; y[(j0 + c) * M + r] for the panel's rows r
-// and `cols` <= Q8_MAX_COLS columns j0 + c, by AVX2 (signed products) or AVX-512 VNNI (the
-// panel packed with flip: unsigned weights).
-KAZEIA_Q8_AVX2_FN void q8_pack_avx2(Q8Panel &p, const char *w, int64_t w_row_bytes, int64_t nb,
-                                    bool flip);
-KAZEIA_Q8_AVX2_FN void q8_panel_avx2(int cols, const Q8Panel &p, const Q8Columns &x, int64_t j0,
+// apart, nb blocks each) into a panel's words `q` and scales `d`, for both paths;
+// y[(j0 + c) * M + r] for the panel's rows r and `cols` <= Q8_MAX_COLS columns j0 + c, by AVX2
+// (signed products) or AVX-512 VNNI (the panel packed with flip: unsigned weights).
+KAZEIA_Q8_AVX2_FN void q8_pack_avx2(uint32_t *q, ggml_fp16_t *d, const char *w,
+                                    int64_t w_row_bytes, int64_t nb, bool flip);
+KAZEIA_Q8_AVX2_FN void q8_panel_avx2(int cols, const Q8PanelView &p, const Q8Columns &x, int64_t j0,
                                      float *y, int64_t M);
-KAZEIA_Q8_VNNI_FN void q8_panel_vnni(int cols, const Q8Panel &p, const Q8Columns &x, int64_t j0,
+KAZEIA_Q8_VNNI_FN void q8_panel_vnni(int cols, const Q8PanelView &p, const Q8Columns &x, int64_t j0,
                                      float *y, int64_t M);
 
 // ggml's q8_0 dot product (x86/q8_dot.cpp): y[r] = w[r] . x over nb blocks for Q8_DOT_ROWS rows
@@ -114,7 +114,7 @@ void combine_rows_neon(const WinogradRow *rows, int64_t n_rows, const float *x, 
                        float *y, int64_t y_stride, int64_t len);
 void attention_row_neon(const AttentionRow &a, int64_t t);
 // The q8_0 GEMM's panel products on the dot-product instructions, where the CPU has them.
-KAZEIA_DOTPROD_FN void q8_panel_dotprod(int cols, const Q8Panel &p, const Q8Columns &x,
+KAZEIA_DOTPROD_FN void q8_panel_dotprod(int cols, const Q8PanelView &p, const Q8Columns &x,
                                         int64_t j0, float *y, int64_t M);
 
 }  // namespace arm

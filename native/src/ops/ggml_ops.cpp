@@ -7,6 +7,7 @@ namespace kazeia {
 
 
 ggml_tensor *mul_mat_f32(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) {
+    GGML_ASSERT(!has_q8_panels(a));  // ggml would read its panels as rows
     ggml_tensor *y = ggml_mul_mat(ctx, a, b);
     ggml_mul_mat_set_prec(y, GGML_PREC_F32);
     return y;

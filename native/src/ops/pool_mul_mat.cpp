@@ -26,6 +26,9 @@ constexpr int64_t MUL_MAT_TASKS_PER_THREAD = 2;
 constexpr WeightReads PREFETCHED_STREAMS{4, true, "4 prefetched streams"};
 constexpr WeightReads ONE_STREAM{1, false, "one stream"};
 
+// What a tensor kept as panels points to from ggml_tensor::extra.
+constexpr char Q8_PANELS_TAG[] = "kazeia q8_0 panels";
+
 void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata) {
     if (ith != 0) return;
     auto *pool = static_cast<WorkerPool *>(userdata);
@@ -51,6 +54,10 @@ void pool_mul_mat_kernel(ggml_tensor *dst, int ith, int /*nth*/, void *userdata)
             else from_float(col, converted.data() + j * row_size, K);
         }
         xd = reinterpret_cast<const char *>(converted.data());
+    }
+    if (has_q8_panels(w)) {
+        GGML_ASSERT(!ids);
+        return q8_gemm_packed(wd, M, K, xd, n, static_cast<float *>(dst->data), pool);
     }
     mul_mat_converted(wd, w->nb[1], w->type, M, K, xd, row_size, n, static_cast<float *>(dst->data),
                       pool, w->type == GGML_TYPE_Q8_0 && q8_gemm_pays(n));
@@ -180,6 +187,19 @@ void mul_mat_converted(const char *w, size_t w_row, ggml_type type, int64_t M, i
             }
     });
 }
+
+bool fits_q8_panels(const ggml_tensor *w) {
+    return w->type == GGML_TYPE_Q8_0 && ggml_is_contiguous(w) && w->ne[2] == 1 && w->ne[3] == 1 &&
+           w->ne[1] % Q8_GEMM_ROWS == 0;
+}
+
+void store_q8_panels(ggml_tensor *w, const void *rows) {
+    GGML_ASSERT(fits_q8_panels(w) && w->data);
+    q8_pack_matrix(rows, w->ne[1], w->ne[0], w->data);
+    w->extra = const_cast<char *>(Q8_PANELS_TAG);
+}
+
+bool has_q8_panels(const ggml_tensor *w) { return w->extra == Q8_PANELS_TAG; }
 
 ggml_tensor *pool_mul_mat(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, WorkerPool *pool,
                           ggml_tensor *ids) {

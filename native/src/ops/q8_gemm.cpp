@@ -7,7 +7,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <vector>
+
+#if defined(__linux__)
+#include <unistd.h>
+#endif
 
 #include "ggml.h"
 #include "ops/arch.h"
@@ -50,25 +55,23 @@ Path path() {
     return p;
 }
 
-// Repacks the R weight rows at w (w_row_bytes apart, nb blocks each) into p (Q8Panel's layout);
-// `flip` for the VNNI path.
-void pack([[maybe_unused]] Path path, Q8Panel &p, const char *w, int64_t w_row_bytes, int64_t nb,
-          bool flip) {
-    p.q.resize(nb * Q8_GROUPS * R);
-    p.d.resize(nb * R);
+// Repacks the R weight rows at w (w_row_bytes apart, nb blocks each) into a panel's words q
+// [nb][Q8_GROUPS][R] and scales d [nb][R] (Q8Panel's layout); `flip` for the VNNI path.
+void pack([[maybe_unused]] Path path, uint32_t *q, ggml_fp16_t *d, const char *w,
+          int64_t w_row_bytes, int64_t nb, bool flip) {
 #if KAZEIA_AVX2
     if (path == Path::avx2 || path == Path::vnni)
-        return x86::q8_pack_avx2(p, w, w_row_bytes, nb, flip);
+        return x86::q8_pack_avx2(q, d, w, w_row_bytes, nb, flip);
 #endif
     const uint32_t mask = flip ? 0x80808080u : 0u;
     for (int64_t r = 0; r < R; ++r) {
         const auto *row = reinterpret_cast<const Q8Block *>(w + r * w_row_bytes);
         for (int64_t b = 0; b < nb; ++b) {
-            p.d[b * R + r] = ggml_fp16_to_fp32(row[b].d);
+            d[b * R + r] = row[b].d;
             for (int64_t g = 0; g < Q8_GROUPS; ++g) {
                 uint32_t v;
                 std::memcpy(&v, row[b].qs + g * 4, 4);
-                p.q[(b * Q8_GROUPS + g) * R + r] = v ^ mask;
+                q[(b * Q8_GROUPS + g) * R + r] = v ^ mask;
             }
         }
     }
@@ -76,7 +79,7 @@ void pack([[maybe_unused]] Path path, Q8Panel &p, const char *w, int64_t w_row_b
 
 // out[r] = sum_b (float)isum(r, b) * (d_w(r, b) * d_x(j, b)), summed in block order: the
 // reference every vector path reproduces bit for bit.
-void panel_portable(const Q8Panel &p, const Q8Columns &x, int64_t j0, int cols, float *y,
+void panel_portable(const Q8PanelView &p, const Q8Columns &x, int64_t j0, int cols, float *y,
                     int64_t M) {
     for (int c = 0; c < cols; ++c) {
         const int64_t j = j0 + c;
@@ -92,15 +95,16 @@ void panel_portable(const Q8Panel &p, const Q8Columns &x, int64_t j0, int cols, 
                 }
             }
             const float dx = x.d[j * x.nb + b];
-            for (int64_t r = 0; r < R; ++r) acc[r] += (float)isum[r] * (p.d[b * R + r] * dx);
+            for (int64_t r = 0; r < R; ++r)
+                acc[r] += (float)isum[r] * (ggml_fp16_to_fp32(p.d[b * R + r]) * dx);
         }
         std::memcpy(y + j * M, acc, sizeof(acc));
     }
 }
 
 // `cols` <= Q8_MAX_COLS columns of one panel from column j0, on this CPU's path.
-void panel_block(Path path, int cols, const Q8Panel &p, const Q8Columns &x, int64_t j0, float *y,
-                 int64_t M) {
+void panel_block(Path path, int cols, const Q8PanelView &p, const Q8Columns &x, int64_t j0,
+                 float *y, int64_t M) {
 #if KAZEIA_AVX2
     if (path == Path::vnni) return x86::q8_panel_vnni(cols, p, x, j0, y, M);
     if (path == Path::avx2) return x86::q8_panel_avx2(cols, p, x, j0, y, M);
@@ -111,7 +115,7 @@ void panel_block(Path path, int cols, const Q8Panel &p, const Q8Columns &x, int6
 }
 
 // All n columns of one panel, Q8_MAX_COLS at a time.
-void panel_columns(Path path, const Q8Panel &p, const Q8Columns &x, int64_t n, float *y,
+void panel_columns(Path path, const Q8PanelView &p, const Q8Columns &x, int64_t n, float *y,
                    int64_t M) {
     for (int64_t j0 = 0; j0 < n; j0 += Q8_MAX_COLS)
         panel_block(path, (int)std::min<int64_t>(Q8_MAX_COLS, n - j0), p, x, j0, y, M);
@@ -133,10 +137,36 @@ void unpack_columns(const void *x, int64_t n, int64_t K, Q8Columns &cols) {
     }
 }
 
+// The bytes of the CPU's last-level (L3) cache as the system reports it (glibc from CPUID, or
+// the kernel's sysfs: aarch64), once; 0 where it does not say.
+int64_t last_level_cache_bytes() {
+    static const int64_t bytes = [] {
+#if defined(__linux__)
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+        const long size = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        if (size > 0) return (int64_t)size;
+#endif
+        std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+        int64_t value = 0;
+        char unit = 0;
+        if (in >> value) {
+            in >> unit;
+            return value * (unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1);
+        }
+#endif
+        return (int64_t)0;
+    }();
+    return bytes;
+}
+
 // Below this many columns the repacking costs more than the dot products it speeds up (on
 // the talker's matrices).
 constexpr int64_t MIN_COLUMNS = 8;
 constexpr int64_t TASKS_PER_THREAD = 4;
+constexpr int64_t PACKED_TASKS_PER_THREAD = 2;
+
+// Where a packed matrix's panel of nb blocks keeps its scales: after its words.
+constexpr int64_t scales_at(int64_t nb) { return nb * Q8_GROUPS * R * (int64_t)sizeof(uint32_t); }
 
 }  // namespace
 
@@ -161,7 +191,10 @@ void q8_gemm(const void *w, int64_t w_row_bytes, int64_t M, int64_t K, const voi
         out.resize(n * R);
         const int64_t end = std::min(n_panels, (t + 1) * per_task);
         for (int64_t i = t * per_task; i < end; ++i) {
-            pack(p, panel, wd + i * R * w_row_bytes, w_row_bytes, cols.nb, p == Path::vnni);
+            panel.q.resize(cols.nb * Q8_GROUPS * R);
+            panel.d.resize(cols.nb * R);
+            pack(p, panel.q.data(), panel.d.data(), wd + i * R * w_row_bytes, w_row_bytes, cols.nb,
+                 p == Path::vnni);
             // The next panel's rows (one contiguous range) come from memory while this one
             // computes: its rows are too short (~1-3 KB) for the hardware prefetchers to start.
             if (i + 1 < end) {
@@ -169,9 +202,57 @@ void q8_gemm(const void *w, int64_t w_row_bytes, int64_t M, int64_t K, const voi
                 for (int64_t at = 0; at < R * w_row_bytes; at += 64) __builtin_prefetch(next + at, 0, 2);
             }
             // Panel results land as [n][R], then go to their rows of y.
-            panel_columns(p, panel, cols, n, out.data(), R);
+            panel_columns(p, panel.view(), cols, n, out.data(), R);
             for (int64_t j = 0; j < n; ++j)
                 std::memcpy(y + j * M + i * R, &out[j * R], R * sizeof(float));
+        }
+    });
+}
+
+bool q8_keeps_panels(int64_t bytes) {
+    if (path() == Path::portable) return false;
+    const char *forced = std::getenv("KAZEIA_Q8_PANELS");
+    if (forced && std::strcmp(forced, "on") == 0) return true;
+    if (forced && std::strcmp(forced, "off") == 0) return false;
+    return bytes <= last_level_cache_bytes();
+}
+
+// Panel by panel, each written where its rows were read: `w` and `out` must not overlap.
+void q8_pack_matrix(const void *w, int64_t M, int64_t K, void *out) {
+    GGML_ASSERT(K % Q8_QK == 0 && M % R == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0);
+    const Path p = path();
+    const int64_t nb = K / Q8_QK;
+    const int64_t row_bytes = nb * (int64_t)sizeof(Q8Block), panel_bytes = R * row_bytes;
+    for (int64_t i = 0; i < M / R; ++i) {
+        char *at = static_cast<char *>(out) + i * panel_bytes;
+        pack(p, reinterpret_cast<uint32_t *>(at), reinterpret_cast<ggml_fp16_t *>(at + scales_at(nb)),
+             static_cast<const char *>(w) + i * panel_bytes, row_bytes, nb, p == Path::vnni);
+    }
+}
+
+void q8_gemm_packed(const void *panels, int64_t M, int64_t K, const void *x, int64_t n, float *y,
+                    WorkerPool *pool) {
+    GGML_ASSERT(K % Q8_QK == 0 && M % R == 0 && M > 0 && n >= 1);
+    const Path p = path();
+    // The caller's, read by the pool's threads while the caller waits in pool->run.
+    thread_local Q8Columns cols_of_thread;
+    Q8Columns &cols = cols_of_thread;
+    unpack_columns(x, n, K, cols);
+    const int64_t nb = cols.nb, n_panels = M / R;
+    const int64_t panel_bytes = R * nb * (int64_t)sizeof(Q8Block);
+    // Few long tasks, each a contiguous run of panels: one sequential stream, which the hardware
+    // prefetchers follow (two a thread, so that a preempted thread's share is taken over).
+    const int64_t n_tasks =
+        std::min<int64_t>(n_panels, PACKED_TASKS_PER_THREAD * pool->n_threads());
+    const int64_t per_task = (n_panels + n_tasks - 1) / n_tasks;
+    const auto *base = static_cast<const char *>(panels);
+    pool->run(n_tasks, [&](int64_t t) {
+        const int64_t end = std::min(n_panels, (t + 1) * per_task);
+        for (int64_t i = t * per_task; i < end; ++i) {
+            const char *at = base + i * panel_bytes;
+            const Q8PanelView view{reinterpret_cast<const uint32_t *>(at),
+                                   reinterpret_cast<const ggml_fp16_t *>(at + scales_at(nb))};
+            panel_columns(p, view, cols, n, y + i * R, M);
         }
     });
 }

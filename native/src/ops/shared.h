@@ -309,10 +309,17 @@ struct Q8Columns {
 
 // Q8_GEMM_ROWS weight rows repacked: word (b, g, r) holds bytes 4g..4g+3 of row r's block b, so
 // that one 32-bit lane is one row; packed with `flip`, every byte has 128 added (the VNNI path's
-// unsigned operand).
+// unsigned operand). The rows' fp16 scales follow as [b][r]. A panel is repacked for one product
+// (Q8Panel), or a whole matrix is kept so in the bytes its rows took (q8_pack_matrix); the
+// kernels read either through a view.
+struct Q8PanelView {
+    const uint32_t *q;     // [nb][Q8_GROUPS][Q8_GEMM_ROWS]
+    const ggml_fp16_t *d;  // [nb][Q8_GEMM_ROWS]: the rows' scales, as the blocks hold them
+};
 struct Q8Panel {
-    std::vector<uint32_t> q;  // [nb][Q8_GROUPS][Q8_GEMM_ROWS]
-    std::vector<float> d;     // [nb][Q8_GEMM_ROWS]
+    std::vector<uint32_t> q;
+    std::vector<ggml_fp16_t> d;
+    Q8PanelView view() const { return {q.data(), d.data()}; }
 };
 
 // One instance per column count (C is a constant: the loops unroll), called with the arguments

@@ -12,7 +12,7 @@ namespace {
 
 // Signed x signed dot products, 4 rows per register: lanes 0-3 and 4-7 of the panel.
 template <int C>
-KAZEIA_DOTPROD_FN void panel_dotprod(const Q8Panel &p, const Q8Columns &x, int64_t j0, float *y,
+KAZEIA_DOTPROD_FN void panel_dotprod(const Q8PanelView &p, const Q8Columns &x, int64_t j0, float *y,
                                      int64_t M) {
     float32x4_t lo[C], hi[C];
     for (int c = 0; c < C; ++c) lo[c] = hi[c] = vdupq_n_f32(0.0f);
@@ -28,8 +28,10 @@ KAZEIA_DOTPROD_FN void panel_dotprod(const Q8Panel &p, const Q8Columns &x, int64
                 ihi[c] = vdotq_s32(ihi[c], whi, xv);
             }
         }
-        const float32x4_t dlo = vld1q_f32(&p.d[b * Q8_GEMM_ROWS]);
-        const float32x4_t dhi = vld1q_f32(&p.d[b * Q8_GEMM_ROWS + 4]);
+        // The scales widened (exactly).
+        const uint16_t *d = &p.d[b * Q8_GEMM_ROWS];
+        const float32x4_t dlo = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d)));
+        const float32x4_t dhi = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d + 4)));
         for (int c = 0; c < C; ++c) {
             const float dx = x.d[(j0 + c) * x.nb + b];
             lo[c] = vaddq_f32(lo[c], vmulq_f32(vcvtq_f32_s32(ilo[c]), vmulq_n_f32(dlo, dx)));
@@ -44,7 +46,7 @@ KAZEIA_DOTPROD_FN void panel_dotprod(const Q8Panel &p, const Q8Columns &x, int64
 
 }  // namespace
 
-KAZEIA_DOTPROD_FN void q8_panel_dotprod(int cols, const Q8Panel &p, const Q8Columns &x,
+KAZEIA_DOTPROD_FN void q8_panel_dotprod(int cols, const Q8PanelView &p, const Q8Columns &x,
                                         int64_t j0, float *y, int64_t M) {
     KAZEIA_Q8_COLUMN_CASES(panel_dotprod, p, x, j0, y, M)
 }

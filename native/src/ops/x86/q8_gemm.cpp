@@ -11,10 +11,15 @@ namespace {
 
 constexpr int64_t R = Q8_GEMM_ROWS;
 
+// The panel's R scales of block b, widened (exactly).
+KAZEIA_Q8_AVX2_FN inline __m256 scales(const Q8PanelView &p, int64_t b) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(&p.d[b * R])));
+}
+
 // Unsigned weights (+128) times signed activations, 4 bytes per lane per instruction; the
 // accumulator starts at -128 * the block's activation sum, which makes the sum exact.
 template <int C>
-KAZEIA_Q8_VNNI_FN void panel_vnni(const Q8Panel &p, const Q8Columns &x, int64_t j0, float *y,
+KAZEIA_Q8_VNNI_FN void panel_vnni(const Q8PanelView &p, const Q8Columns &x, int64_t j0, float *y,
                                   int64_t M) {
     __m256 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
@@ -27,7 +32,7 @@ KAZEIA_Q8_VNNI_FN void panel_vnni(const Q8Panel &p, const Q8Columns &x, int64_t 
             for (int c = 0; c < C; ++c)
                 isum[c] = _mm256_dpbusd_epi32(isum[c], w, _mm256_set1_epi32(x.word(j0 + c, b, g)));
         }
-        const __m256 dw = _mm256_loadu_ps(&p.d[b * R]);
+        const __m256 dw = scales(p, b);
         for (int c = 0; c < C; ++c) {
             const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[(j0 + c) * x.nb + b]));
             acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[c]), s));
@@ -39,7 +44,7 @@ KAZEIA_Q8_VNNI_FN void panel_vnni(const Q8Panel &p, const Q8Columns &x, int64_t 
 // Signed x signed through maddubs: |x| times w with x's sign (no pair can saturate: q8_0 values
 // are within +-127), pairs widened to 32 bits by a multiply-add with ones.
 template <int C>
-KAZEIA_Q8_AVX2_FN void panel_avx2(const Q8Panel &p, const Q8Columns &x, int64_t j0, float *y,
+KAZEIA_Q8_AVX2_FN void panel_avx2(const Q8PanelView &p, const Q8Columns &x, int64_t j0, float *y,
                                   int64_t M) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[C];
@@ -56,7 +61,7 @@ KAZEIA_Q8_AVX2_FN void panel_avx2(const Q8Panel &p, const Q8Columns &x, int64_t 
                 isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pairs, ones));
             }
         }
-        const __m256 dw = _mm256_loadu_ps(&p.d[b * R]);
+        const __m256 dw = scales(p, b);
         for (int c = 0; c < C; ++c) {
             const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[(j0 + c) * x.nb + b]));
             acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[c]), s));
@@ -67,12 +72,12 @@ KAZEIA_Q8_AVX2_FN void panel_avx2(const Q8Panel &p, const Q8Columns &x, int64_t 
 
 }  // namespace
 
-KAZEIA_Q8_AVX2_FN void q8_pack_avx2(Q8Panel &p, const char *w, int64_t w_row_bytes, int64_t nb,
-                                    bool flip) {
+KAZEIA_Q8_AVX2_FN void q8_pack_avx2(uint32_t *q, ggml_fp16_t *d, const char *w,
+                                    int64_t w_row_bytes, int64_t nb, bool flip) {
     const __m256i mask = _mm256_set1_epi32(flip ? (int)0x80808080u : 0);
     const Q8Block *rows[R];
     for (int64_t r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Q8Block *>(w + r * w_row_bytes);
-    auto *out = reinterpret_cast<__m256i *>(p.q.data());
+    auto *out = reinterpret_cast<__m256i *>(q);
     for (int64_t b = 0; b < nb; ++b) {
         __m256i v[R];
         for (int64_t r = 0; r < R; ++r)
@@ -96,18 +101,16 @@ KAZEIA_Q8_AVX2_FN void q8_pack_avx2(Q8Panel &p, const char *w, int64_t w_row_byt
             _mm256_storeu_si256(out + b * Q8_GROUPS + g + 4,
                                 _mm256_xor_si256(_mm256_permute2x128_si256(u[g], u[g + 4], 0x31), mask));
         }
-        alignas(16) uint16_t scales[R];
-        for (int64_t r = 0; r < R; ++r) std::memcpy(&scales[r], &rows[r][b].d, 2);
-        _mm256_storeu_ps(&p.d[b * R], _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(scales))));
+        for (int64_t r = 0; r < R; ++r) d[b * R + r] = rows[r][b].d;
     }
 }
 
-KAZEIA_Q8_AVX2_FN void q8_panel_avx2(int cols, const Q8Panel &p, const Q8Columns &x, int64_t j0,
+KAZEIA_Q8_AVX2_FN void q8_panel_avx2(int cols, const Q8PanelView &p, const Q8Columns &x, int64_t j0,
                                      float *y, int64_t M) {
     KAZEIA_Q8_COLUMN_CASES(panel_avx2, p, x, j0, y, M)
 }
 
-KAZEIA_Q8_VNNI_FN void q8_panel_vnni(int cols, const Q8Panel &p, const Q8Columns &x, int64_t j0,
+KAZEIA_Q8_VNNI_FN void q8_panel_vnni(int cols, const Q8PanelView &p, const Q8Columns &x, int64_t j0,
                                      float *y, int64_t M) {
     KAZEIA_Q8_COLUMN_CASES(panel_vnni, p, x, j0, y, M)
 }
