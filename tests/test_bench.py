@@ -21,8 +21,8 @@ from kazeia_dev.bench.decoder import (
     streamed_weight_mb,
     winograd_tiles_per_frame,
 )
-from kazeia_dev.bench.engine_figures import generator_gflop_per_frame
-from kazeia_dev.bench.engine_report import _player_lines
+from kazeia_dev.bench.engine_figures import generator_gflop_per_frame, memory_floor
+from kazeia_dev.bench.engine_report import _memory_floor_lines, _player_lines
 from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
 
 from wyoming_kazeia import _native
@@ -97,6 +97,35 @@ def test_winograd_performs_fewer_multiply_adds_in_the_residual_convs(
     nominal = decoder_gflop_per_frame(decoder_gguf["tiny-0.6b"])
     performed = decoder_gflop_per_frame(decoder_gguf["tiny-0.6b"], winograd=True)
     assert 0.5 * nominal < performed < 0.9 * nominal
+
+
+def test_the_floor_line_sets_the_code_predictor_against_both_read_rates(
+    talker_gguf: dict[str, Path], tmp_path: Path
+) -> None:
+    """A frame's floor: the talker's and the code predictor's bytes (15 passes of one pass's
+    layers and one head) at the read bandwidth of a large buffer, and the code predictor's also
+    at the rate of re-reading one pass's bytes (its weights partly stay in the cache), all in
+    the report's line."""
+    (tmp_path / "talker.gguf").symlink_to(talker_gguf["tiny-0.6b"])
+    floor = memory_floor(tmp_path, 1)
+    assert floor["predictor_mb"] == pytest.approx(15 * floor["predictor_pass_mb"])
+    for part, rate in (("talker", "read_gb_s"), ("predictor", "read_gb_s")):
+        assert floor[f"{part}_floor_ms"] == pytest.approx(floor[f"{part}_mb"] / floor[rate])
+    assert floor["predictor_cached_floor_ms"] == pytest.approx(
+        floor["predictor_mb"] / floor["reread_gb_s"]
+    )
+    alone = {"talker_ms": 1.0, "predictor_ms": 2.0}
+    result = {
+        "memory_floor": floor,
+        "rows": {"subprocess": {"generator_alone": alone}},
+        "config": {"bandwidth_threads": 1},
+    }
+    line = _memory_floor_lines(result)[-1]
+    assert (
+        f"{floor['predictor_cached_floor_ms']:.1f} ms at the {floor['reread_gb_s']:.1f} GB/s"
+        in line
+    )
+    assert f"(floor {floor['talker_floor_ms']:.1f} ms)" in line
 
 
 def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:
