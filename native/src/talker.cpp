@@ -71,9 +71,10 @@ StackPlacement::StackPlacement(const std::string &device_id, const LmStack &host
         on_cpu() ? ggml_backend_cpu_buffer_type() : ggml_backend_dev_buffer_type(gpu_device(device));
     std::vector<ggml_tensor *> as_panels;
     if (panels && on_cpu()) {
+        const std::vector<ggml_tensor *> matrices = stack_matrices(host);
         int64_t bytes = 0;
-        for (const ggml_tensor *t : stack_matrices(host)) bytes += (int64_t)ggml_nbytes(t);
-        if (q8_keeps_panels(bytes)) as_panels = stack_matrices(host);
+        for (const ggml_tensor *t : matrices) bytes += (int64_t)ggml_nbytes(t);
+        if (q8_keeps_panels(bytes)) as_panels = matrices;
     }
     copies = std::make_unique<DeviceCopies>(tensors, buft, what, &source, as_panels);
     stack = copies->stack(host);

@@ -165,7 +165,9 @@ constexpr int64_t MIN_COLUMNS = 8;
 constexpr int64_t TASKS_PER_THREAD = 4;
 constexpr int64_t PACKED_TASKS_PER_THREAD = 2;
 
-// Where a packed matrix's panel of nb blocks keeps its scales: after its words.
+// A packed matrix's panel of nb blocks: the bytes of its R rows, its words first, then its
+// scales.
+constexpr int64_t panel_bytes(int64_t nb) { return R * nb * (int64_t)sizeof(Q8Block); }
 constexpr int64_t scales_at(int64_t nb) { return nb * Q8_GROUPS * R * (int64_t)sizeof(uint32_t); }
 
 }  // namespace
@@ -221,12 +223,11 @@ bool q8_keeps_panels(int64_t bytes) {
 void q8_pack_matrix(const void *w, int64_t M, int64_t K, void *out) {
     GGML_ASSERT(K % Q8_QK == 0 && M % R == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0);
     const Path p = path();
-    const int64_t nb = K / Q8_QK;
-    const int64_t row_bytes = nb * (int64_t)sizeof(Q8Block), panel_bytes = R * row_bytes;
+    const int64_t nb = K / Q8_QK, bytes = panel_bytes(nb);
     for (int64_t i = 0; i < M / R; ++i) {
-        char *at = static_cast<char *>(out) + i * panel_bytes;
+        char *at = static_cast<char *>(out) + i * bytes;
         pack(p, reinterpret_cast<uint32_t *>(at), reinterpret_cast<ggml_fp16_t *>(at + scales_at(nb)),
-             static_cast<const char *>(w) + i * panel_bytes, row_bytes, nb, p == Path::vnni);
+             static_cast<const char *>(w) + i * bytes, bytes / R, nb, p == Path::vnni);
     }
 }
 
@@ -238,8 +239,7 @@ void q8_gemm_packed(const void *panels, int64_t M, int64_t K, const void *x, int
     thread_local Q8Columns cols_of_thread;
     Q8Columns &cols = cols_of_thread;
     unpack_columns(x, n, K, cols);
-    const int64_t nb = cols.nb, n_panels = M / R;
-    const int64_t panel_bytes = R * nb * (int64_t)sizeof(Q8Block);
+    const int64_t nb = cols.nb, n_panels = M / R, bytes = panel_bytes(nb);
     // Few long tasks, each a contiguous run of panels: one sequential stream, which the hardware
     // prefetchers follow (two a thread, so that a preempted thread's share is taken over).
     const int64_t n_tasks =
@@ -249,7 +249,7 @@ void q8_gemm_packed(const void *panels, int64_t M, int64_t K, const void *x, int
     pool->run(n_tasks, [&](int64_t t) {
         const int64_t end = std::min(n_panels, (t + 1) * per_task);
         for (int64_t i = t * per_task; i < end; ++i) {
-            const char *at = base + i * panel_bytes;
+            const char *at = base + i * bytes;
             const Q8PanelView view{reinterpret_cast<const uint32_t *>(at),
                                    reinterpret_cast<const ggml_fp16_t *>(at + scales_at(nb))};
             panel_columns(p, view, cols, n, y + i * R, M);
