@@ -463,6 +463,22 @@ def test_a_matrix_kept_as_panels_gives_the_bits_of_the_q8_gemm(
     assert np.array_equal(packed["y"], gemm["y"])
 
 
+@pytest.mark.parametrize("n", [1, 2, 13])
+@pytest.mark.parametrize("way", ["rows", "gemm", "panels"])
+def test_a_row_gets_the_same_bits_in_a_joined_matrix_as_in_its_own(n: int, way: str) -> None:
+    """A layer's q, k and v (and gate and up) are multiplied as one joined matrix: each of its
+    rows gives the same bits as in the product of its own matrix, for one column (a step), two
+    and more (a prefill), read as rows, by the GEMM or from panels, on 1 to 3 threads."""
+    rng = np.random.default_rng(n)
+    parts = [rng.standard_normal((m, 256), dtype=np.float32) for m in (128, 64, 64)]
+    x = rng.standard_normal((n, 256), dtype=np.float32)
+    kwargs = {"gemm": way != "rows", "panels": way == "panels"}
+    for threads in (1, 2, 3):
+        joined = testing.q8_matmul(np.concatenate(parts), x, threads=threads, **kwargs)["y"]
+        apart = [testing.q8_matmul(w, x, threads=threads, **kwargs)["y"] for w in parts]
+        assert np.array_equal(joined, np.concatenate(apart, axis=1)), threads
+
+
 def test_panels_need_whole_panels_of_rows() -> None:
     """A matrix whose rows are not a whole number of 8-row panels is refused, not misread."""
     w, x = _q8_inputs(20, 64, 1)

@@ -516,6 +516,8 @@ void def_testing(py::module_ &m) {
             out["cp_logits"] = floats(trace.cp_logits, {(py::ssize_t)trace.cp_logits.size() / (heads * cpv), heads, cpv});
             out["talker_panels"] = trace.talker_panels;
             out["predictor_panels"] = trace.predictor_panels;
+            out["talker_joined"] = trace.talker_joined;
+            out["predictor_joined"] = trace.predictor_joined;
             return out;
         },
         py::arg("generator"), py::arg("input_ids"), py::arg("speaker") = "",
@@ -526,7 +528,9 @@ void def_testing(py::module_ &m) {
         "reference pins down. kv_block: talker cache growth step. forced_codes (int [T, 16]): "
         "teacher forcing, frame i is row i whatever the argmax (the logits are those of the "
         "forced history; quality measurements); at most T frames. talker_panels, "
-        "predictor_panels: the layer matrices of each stack kept as the q8_0 GEMM's panels.");
+        "predictor_panels: the layer matrices of each stack kept as the q8_0 GEMM's panels; "
+        "talker_joined, predictor_joined: its layers' matrices joined into one product (q, k "
+        "and v; gate and up).");
 }
 
 }  // namespace kazeia::bindings

@@ -21,6 +21,8 @@ struct GenerationTrace {
     std::vector<float> cp_logits;       // [frames, groups - 1, cp vocab] raw
     // The layer matrices of each stack kept as the q8_0 GEMM's panels (has_q8_panels).
     int64_t talker_panels = 0, predictor_panels = 0;
+    // The joined matrices of each stack's layers (LmLayer::qkv and gate_up that are set).
+    int64_t talker_joined = 0, predictor_joined = 0;
 };
 
 // The talker's KV cache slots added at a time unless a probe says otherwise.

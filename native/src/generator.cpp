@@ -298,8 +298,15 @@ std::unique_ptr<GenerationSession> start_probed(const Generator &generator,
             for (const ggml_tensor *t : stack_matrices(stack)) n += has_q8_panels(t);
             return n;
         };
+        auto joined = [](const LmStack &stack) {
+            int64_t n = 0;
+            for (const LmLayer &L : stack.layers) n += (L.qkv != nullptr) + (L.gate_up != nullptr);
+            return n;
+        };
         probes.trace->talker_panels = panels(m.talker_at.stack);
         probes.trace->predictor_panels = panels(m.predictor_at.stack);
+        probes.trace->talker_joined = joined(m.talker_at.stack);
+        probes.trace->predictor_joined = joined(m.predictor_at.stack);
     }
     return std::unique_ptr<GenerationSession>(new GenerationSession(
         std::make_unique<GenerationSession::State>(*generator.model_, input_ids, options, probes)));

@@ -3,6 +3,7 @@
 #include "gguf_weights.h"
 #include "kazeia/error.h"
 #include "ops.h"
+#include "q8_gemm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -91,7 +92,8 @@ std::vector<ggml_tensor *> stack_matrices(const LmStack &stack) {
 DeviceCopies::DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,
                            const char *what, GgufWeights *source,
                            const std::vector<ggml_tensor *> &as_panels) {
-    ggml_init_params params = {ggml_tensor_overhead() * (tensors.size() + 1), nullptr, true};
+    // Room for a copy of each tensor and as many joined matrices (joined).
+    ggml_init_params params = {ggml_tensor_overhead() * (2 * tensors.size() + 1), nullptr, true};
     ctx_.reset(ggml_init(params));
     // In the order given (the stacks' own), not the map's: the layout and the order in which
     // the file's pages go back are the same at every load.
@@ -139,6 +141,27 @@ LmStack DeviceCopies::stack(const LmStack &host) const {
         s.layers.push_back(copy);
     }
     return s;
+}
+
+ggml_tensor *DeviceCopies::joined(std::initializer_list<const ggml_tensor *> copies) {
+    const ggml_tensor *first = *copies.begin();
+    const char *next = static_cast<const char *>(first->data);
+    int64_t rows = 0;
+    for (const ggml_tensor *t : copies) {
+        if (t->buffer != buffer_.get() || t->data != next || t->type != first->type ||
+            t->ne[0] != first->ne[0] || !ggml_is_contiguous(t) || ggml_nrows(t) != t->ne[1] ||
+            t->ne[1] % Q8_GEMM_ROWS != 0 || t->extra != first->extra)
+            return nullptr;
+        rows += t->ne[1];
+        next += ggml_nbytes(t);
+    }
+    ggml_tensor *matrix = ggml_new_tensor_2d(ctx_.get(), first->type, first->ne[0], rows);
+    ggml_set_name(matrix, (std::string(first->name) + "+").c_str());
+    // The same bytes: a second tensor over them, not a copy.
+    if (ggml_backend_tensor_alloc(buffer_.get(), matrix, const_cast<void *>(first->data)) != GGML_STATUS_SUCCESS)
+        throw std::logic_error("a joined matrix outside its copies' buffer");
+    matrix->extra = first->extra;
+    return matrix;
 }
 
 KvCache::KvCache(const LmHParams &hp, int64_t n_ctx_, ggml_backend_t backend, int64_t capacity_,
@@ -229,17 +252,28 @@ ggml_tensor *stack_forward(ggml_context *ctx, const LmStack &stack, ggml_tensor 
     for (size_t il = 0; il < stack.layers.size(); ++il) {
         const LmLayer &L = stack.layers[il];
         ggml_tensor *a = norm(x, L.attn_norm);
+        // q, k, v as [hd, heads, n]: views of one product where the three are joined.
+        ggml_tensor *q, *k, *v;
+        if (pool && L.qkv) {
+            ggml_tensor *qkv = mm(L.qkv, a);
+            auto heads_at = [&](int64_t first, int64_t count) {
+                return ggml_view_3d(ctx, qkv, hd, count, n, hd * qkv->nb[0], qkv->nb[1],
+                                    first * hd * qkv->nb[0]);
+            };
+            q = heads_at(0, nh), k = heads_at(nh, nkv), v = heads_at(nh + nkv, nkv);
+        } else {
+            q = ggml_reshape_3d(ctx, mm(L.q, a), hd, nh, n);
+            k = ggml_reshape_3d(ctx, mm(L.k, a), hd, nkv, n);
+            v = ggml_reshape_3d(ctx, mm(L.v, a), hd, nkv, n);
+        }
         // Qwen3: per-head RMSNorm of q and k before RoPE (NeoX rotate-half: the config's
         // M-RoPE has three equal position rows for TTS, which is exactly this).
-        auto qk = [&](ggml_tensor *w, ggml_tensor *nw, int64_t heads_) {
-            ggml_tensor *t = ggml_reshape_3d(ctx, mm(w, a), hd, heads_, n);
-            t = norm(t, nw);
-            return ggml_rope_ext(ctx, t, pass.positions, nullptr, (int)hd, GGML_ROPE_TYPE_NEOX, 0,
-                                 hp.rope_theta, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
+        auto qk = [&](ggml_tensor *t, ggml_tensor *nw) {
+            return ggml_rope_ext(ctx, norm(t, nw), pass.positions, nullptr, (int)hd, GGML_ROPE_TYPE_NEOX,
+                                 0, hp.rope_theta, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
         };
-        ggml_tensor *q = qk(L.q, L.q_norm, nh);
-        ggml_tensor *k = qk(L.k, L.k_norm, nkv);
-        ggml_tensor *v = ggml_reshape_3d(ctx, mm(L.v, a), hd, nkv, n);
+        q = qk(q, L.q_norm);
+        k = qk(k, L.k_norm);
         // [hd, nkv, n] -> the cache's [hd, n, nkv], each row to its slot.
         auto store = [&](ggml_tensor *cache, ggml_tensor *rows) {
             return ggml_set_rows(ctx, cache, ggml_permute(ctx, rows, 0, 2, 1, 3), pass.slots);
@@ -257,7 +291,14 @@ ggml_tensor *stack_forward(ggml_context *ctx, const LmStack &stack, ggml_tensor 
         x = ggml_add(ctx, x, mm(L.o, o));
 
         ggml_tensor *f = norm(x, L.ffn_norm);
-        f = ggml_mul(ctx, ggml_silu(ctx, mm(L.gate, f)), mm(L.up, f));
+        if (pool && L.gate_up) {
+            ggml_tensor *gu = mm(L.gate_up, f);
+            const int64_t ffn = L.gate->ne[1];
+            auto half = [&](int64_t first) { return ggml_view_2d(ctx, gu, ffn, n, gu->nb[1], first * gu->nb[0]); };
+            f = ggml_mul(ctx, ggml_silu(ctx, half(0)), half(ffn));
+        } else {
+            f = ggml_mul(ctx, ggml_silu(ctx, mm(L.gate, f)), mm(L.up, f));
+        }
         x = ggml_add(ctx, x, mm(L.down, f));
     }
     ggml_tensor *last = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);

@@ -78,6 +78,11 @@ StackPlacement::StackPlacement(const std::string &device_id, const LmStack &host
     }
     copies = std::make_unique<DeviceCopies>(tensors, buft, what, &source, as_panels);
     stack = copies->stack(host);
+    if (on_cpu())
+        for (LmLayer &L : stack.layers) {
+            L.qkv = copies->joined({L.q, L.k, L.v});
+            L.gate_up = copies->joined({L.gate, L.up});
+        }
     in_proj_w = (*copies)[in_w], in_proj_b = (*copies)[in_b], head = (*copies)[head_], heads = (*copies)[heads_];
     if (!on_cpu()) embd = (*copies)[embd_];
 }
