@@ -156,7 +156,7 @@ from wyoming_kazeia._native import testing
 generator = native.Generator(sys.argv[2], threads=2)
 ids = np.array([151644, 77091, 198, 5000, 60000, 7000, 151645, 198, 151644, 77091, 198])
 trace = testing.trace(generator, ids, "vivian", "english", False, 3)
-np.savez(sys.argv[1], codes=trace["codes"],
+np.savez(sys.argv[1], codes=trace["codes"], talker_logits=trace["talker_logits"],
          cp_logits=trace["cp_logits"], panels=[trace["talker_panels"], trace["predictor_panels"]],
          joined=[trace["talker_joined"], trace["predictor_joined"]])
 """
@@ -167,8 +167,7 @@ def test_the_code_predictor_keeps_its_q8_0_matrices_as_panels_where_they_pay(
 ) -> None:
     """Where the CPU has a vector path for the q8_0 GEMM, the code predictor's q8_0 layer
     matrices are kept as its panels (here forced on: whether the last-level cache holds them
-    depends on the machine; KAZEIA_Q8_PANELS=off keeps rows), the talker's stay rows, each
-    layer's q, k, v and gate, up are joined into one matrix either way, and the
+    depends on the machine; KAZEIA_Q8_PANELS=off keeps rows), the talker's stay rows, and the
     code predictor's logits and codes are the same with our kernels forced to AVX2 as on this
     CPU's own path (each product's bits on every path: tests/test_ops.py)."""
     if testing.Q8_GEMM_ISA not in ("AVX2", "AVX-512 VNNI"):
@@ -187,12 +186,34 @@ def test_the_code_predictor_keeps_its_q8_0_matrices_as_panels_where_they_pay(
         )
         for name, (kernels, panels) in runs.items()
     }
-    layers = 2  # the mid checkpoint's code predictor: 7 matrices each
+    layers = 2  # the mid checkpoint's talker and code predictor: 7 matrices a layer
     assert list(got["cpu"]["panels"]) == list(got["avx2"]["panels"]) == [0, 7 * layers]
     assert list(got["rows"]["panels"]) == [0, 0]
-    # Each layer's q, k, v and its gate, up are one product each, as rows or as panels.
-    for name in runs:
-        assert list(got[name]["joined"]) == [2 * layers, 2 * layers], name
     assert got["cpu"]["cp_logits"].shape == (3, 15, 2048)
     assert np.array_equal(got["cpu"]["cp_logits"], got["avx2"]["cp_logits"])
     assert np.array_equal(got["cpu"]["codes"], got["avx2"]["codes"])
+
+
+@pytest.mark.parametrize(("qtype", "panels"), [("q8_0", "on"), ("q8_0", "off"), ("f32", "off")])
+def test_joined_products_give_the_bits_of_separate_ones(
+    qtype: str, panels: str, mid_talkers: dict[str, Path], tmp_path: Path
+) -> None:
+    """Each layer of both stacks multiplies its q, k, v and its gate, up as one joined matrix
+    each (KAZEIA_JOINED=off: separately), and the talker's and code predictor's logits and the
+    codes are the same bits either way: q8_0 kept as panels or as rows (a prompt of 11 rows: the
+    GEMM, then single-column steps), and f32."""
+    got = {
+        joined: run_fresh(
+            Q8_TRACE,
+            tmp_path / f"{joined}.npz",
+            [str(mid_talkers[qtype])],
+            {"KAZEIA_Q8_PANELS": panels, "KAZEIA_JOINED": "" if joined == "on" else "off"},
+        )
+        for joined in ("on", "off")
+    }
+    layers = 2  # the mid checkpoint's, in each stack
+    assert list(got["on"]["joined"]) == [2 * layers, 2 * layers]
+    assert list(got["off"]["joined"]) == [0, 0]
+    for key in ("talker_logits", "cp_logits", "codes"):
+        assert got["on"][key].size > 0
+        assert np.array_equal(got["on"][key], got["off"][key]), key

@@ -529,8 +529,8 @@ void def_testing(py::module_ &m) {
         "teacher forcing, frame i is row i whatever the argmax (the logits are those of the "
         "forced history; quality measurements); at most T frames. talker_panels, "
         "predictor_panels: the layer matrices of each stack kept as the q8_0 GEMM's panels; "
-        "talker_joined, predictor_joined: its layers' matrices joined into one product (q, k "
-        "and v; gate and up).");
+        "talker_joined, predictor_joined: how many of each stack's layer matrices are joined "
+        "matrices (q, k and v as one; gate and up as one).");
 }
 
 }  // namespace kazeia::bindings

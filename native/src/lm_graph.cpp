@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+#include <string>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -92,7 +95,7 @@ std::vector<ggml_tensor *> stack_matrices(const LmStack &stack) {
 DeviceCopies::DeviceCopies(const std::vector<ggml_tensor *> &tensors, ggml_backend_buffer_type_t buft,
                            const char *what, GgufWeights *source,
                            const std::vector<ggml_tensor *> &as_panels) {
-    // Room for a copy of each tensor and as many joined matrices (joined).
+    // Room for a copy of each tensor and for the joined matrices (at most one per two copies).
     ggml_init_params params = {ggml_tensor_overhead() * (2 * tensors.size() + 1), nullptr, true};
     ctx_.reset(ggml_init(params));
     // In the order given (the stacks' own), not the map's: the layout and the order in which
@@ -143,8 +146,11 @@ LmStack DeviceCopies::stack(const LmStack &host) const {
     return s;
 }
 
-ggml_tensor *DeviceCopies::joined(std::initializer_list<const ggml_tensor *> copies) {
-    const ggml_tensor *first = *copies.begin();
+ggml_tensor *DeviceCopies::joined(std::initializer_list<ggml_tensor *> copies, const char *part) {
+    GGML_ASSERT(copies.size() > 0);
+    const char *off = std::getenv("KAZEIA_JOINED");
+    if (off && std::strcmp(off, "off") == 0) return nullptr;
+    ggml_tensor *first = *copies.begin();
     const char *next = static_cast<const char *>(first->data);
     int64_t rows = 0;
     for (const ggml_tensor *t : copies) {
@@ -156,9 +162,15 @@ ggml_tensor *DeviceCopies::joined(std::initializer_list<const ggml_tensor *> cop
         next += ggml_nbytes(t);
     }
     ggml_tensor *matrix = ggml_new_tensor_2d(ctx_.get(), first->type, first->ne[0], rows);
-    ggml_set_name(matrix, (std::string(first->name) + "+").c_str());
+    // The first copy's name with its part replaced: "blk.N.attn_q.weight" -> "blk.N.attn_qkv.weight".
+    std::string name = first->name;
+    const size_t end = name.rfind(".weight"), start = name.rfind('.', end - 1);
+    name = end == std::string::npos || start == std::string::npos
+               ? part
+               : name.substr(0, start + 1) + part + name.substr(end);
+    ggml_set_name(matrix, name.c_str());
     // The same bytes: a second tensor over them, not a copy.
-    if (ggml_backend_tensor_alloc(buffer_.get(), matrix, const_cast<void *>(first->data)) != GGML_STATUS_SUCCESS)
+    if (ggml_backend_tensor_alloc(buffer_.get(), matrix, first->data) != GGML_STATUS_SUCCESS)
         throw std::logic_error("a joined matrix outside its copies' buffer");
     matrix->extra = first->extra;
     return matrix;
@@ -255,6 +267,7 @@ ggml_tensor *stack_forward(ggml_context *ctx, const LmStack &stack, ggml_tensor 
         // q, k, v as [hd, heads, n]: views of one product where the three are joined.
         ggml_tensor *q, *k, *v;
         if (pool && L.qkv) {
+            GGML_ASSERT(L.qkv->ne[1] == (nh + 2 * nkv) * hd);
             ggml_tensor *qkv = mm(L.qkv, a);
             auto heads_at = [&](int64_t first, int64_t count) {
                 return ggml_view_3d(ctx, qkv, hd, count, n, hd * qkv->nb[0], qkv->nb[1],
@@ -292,9 +305,12 @@ ggml_tensor *stack_forward(ggml_context *ctx, const LmStack &stack, ggml_tensor 
 
         ggml_tensor *f = norm(x, L.ffn_norm);
         if (pool && L.gate_up) {
-            ggml_tensor *gu = mm(L.gate_up, f);
             const int64_t ffn = L.gate->ne[1];
-            auto half = [&](int64_t first) { return ggml_view_2d(ctx, gu, ffn, n, gu->nb[1], first * gu->nb[0]); };
+            GGML_ASSERT(L.gate_up->ne[1] == 2 * ffn);
+            ggml_tensor *gu = mm(L.gate_up, f);
+            auto half = [&](int64_t first) {
+                return ggml_view_2d(ctx, gu, ffn, n, gu->nb[1], first * gu->nb[0]);
+            };
             f = ggml_mul(ctx, ggml_silu(ctx, half(0)), half(ffn));
         } else {
             f = ggml_mul(ctx, ggml_silu(ctx, mm(L.gate, f)), mm(L.up, f));

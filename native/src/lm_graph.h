@@ -28,6 +28,8 @@ struct LmLayer {
 };
 
 // Every tensor of a layer, for code that treats them all alike (stack_tensors, DeviceCopies).
+// DeviceCopies copies them in this order: q, k, v and gate, up next to each other is what lets
+// them be joined (LmLayer::qkv, gate_up).
 inline constexpr ggml_tensor *LmLayer::*LM_LAYER_TENSORS[] = {
     &LmLayer::attn_norm, &LmLayer::q,      &LmLayer::k,        &LmLayer::v,
     &LmLayer::o,         &LmLayer::q_norm, &LmLayer::k_norm,   &LmLayer::ffn_norm,
@@ -62,11 +64,12 @@ class DeviceCopies {
     ggml_tensor *operator[](const ggml_tensor *host) const;
     // The stack with every tensor replaced by its copy.
     LmStack stack(const LmStack &host) const;
-    // One matrix over copies of one type and row length that lie back to back in this buffer,
-    // each a whole number of the q8_0 GEMM's row blocks (so that every row is computed by the
-    // same kernel, joined or apart) and all kept the same way (rows or panels); null where they
-    // do not.
-    ggml_tensor *joined(std::initializer_list<const ggml_tensor *> copies);
+    // One matrix named `part` (as in "blk.N.<part>.weight") over copies of one type and row
+    // length that lie back to back in this buffer, each a whole number of the q8_0 GEMM's row
+    // blocks (so that every row is computed by the same kernel, joined or apart: the GEMM leaves
+    // a matrix's last rows to the dot product) and all kept the same way (rows or panels); null
+    // where they do not, or where KAZEIA_JOINED=off (for benches and tests).
+    ggml_tensor *joined(std::initializer_list<ggml_tensor *> copies, const char *part);
 
   private:
     GgmlContextPtr ctx_;

@@ -80,8 +80,8 @@ StackPlacement::StackPlacement(const std::string &device_id, const LmStack &host
     stack = copies->stack(host);
     if (on_cpu())
         for (LmLayer &L : stack.layers) {
-            L.qkv = copies->joined({L.q, L.k, L.v});
-            L.gate_up = copies->joined({L.gate, L.up});
+            L.qkv = copies->joined({L.q, L.k, L.v}, "attn_qkv");
+            L.gate_up = copies->joined({L.gate, L.up}, "ffn_gate_up");
         }
     in_proj_w = (*copies)[in_w], in_proj_b = (*copies)[in_b], head = (*copies)[head_], heads = (*copies)[heads_];
     if (!on_cpu()) embd = (*copies)[embd_];
