@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -148,8 +146,6 @@ LmStack DeviceCopies::stack(const LmStack &host) const {
 
 ggml_tensor *DeviceCopies::joined(std::initializer_list<ggml_tensor *> copies, const char *part) {
     GGML_ASSERT(copies.size() > 0);
-    const char *off = std::getenv("KAZEIA_JOINED");
-    if (off && std::strcmp(off, "off") == 0) return nullptr;
     ggml_tensor *first = *copies.begin();
     const char *next = static_cast<const char *>(first->data);
     int64_t rows = 0;

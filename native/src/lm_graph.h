@@ -68,7 +68,7 @@ class DeviceCopies {
     // length that lie back to back in this buffer, each a whole number of the q8_0 GEMM's row
     // blocks (so that every row is computed by the same kernel, joined or apart: the GEMM leaves
     // a matrix's last rows to the dot product) and all kept the same way (rows or panels); null
-    // where they do not, or where KAZEIA_JOINED=off (for benches and tests).
+    // where they do not.
     ggml_tensor *joined(std::initializer_list<ggml_tensor *> copies, const char *part);
 
   private:

@@ -2,6 +2,8 @@
 // the per-voice K/V cache, steps, cache growth). The LM stack itself is lm_graph.cpp.
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "devices_internal.h"
@@ -44,6 +46,13 @@ void check(const GgufWeights &w, const TalkerHParams &hp) {
         if (id >= hp.text_vocab_size) fail("text special id outside the text vocabulary");
 }
 
+// Whether a stack on the CPU joins its layers' products (DeviceCopies::joined);
+// KAZEIA_JOINED=off keeps them apart, for benches and tests.
+bool joins_products() {
+    const char *joined = std::getenv("KAZEIA_JOINED");
+    return !(joined && std::strcmp(joined, "off") == 0);
+}
+
 LmStack bind_stack(const GgufWeights &w, const char *prefix, const LmHParams &hp, const char *norm) {
     LmStack s;
     s.hp = hp;
@@ -78,7 +87,7 @@ StackPlacement::StackPlacement(const std::string &device_id, const LmStack &host
     }
     copies = std::make_unique<DeviceCopies>(tensors, buft, what, &source, as_panels);
     stack = copies->stack(host);
-    if (on_cpu())
+    if (on_cpu() && joins_products())
         for (LmLayer &L : stack.layers) {
             L.qkv = copies->joined({L.q, L.k, L.v}, "attn_qkv");
             L.gate_up = copies->joined({L.gate, L.up}, "ffn_gate_up");
