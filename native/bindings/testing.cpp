@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common.h"
@@ -340,6 +342,35 @@ py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64
     return result;
 }
 
+// The time slices (ns) of the threads that ran a polite pool's tasks: 16 tasks of ~1 ms each,
+// so that the workers take some.
+py::dict pool_thread_slices(int threads) {
+    const std::thread::id caller = std::this_thread::get_id();
+    std::mutex mutex;
+    std::vector<std::thread::id> seen;
+    std::vector<uint64_t> workers;
+    uint64_t caller_slice = 0;
+    {
+        py::gil_scoped_release released;
+        WorkerPool pool(threads, /*polite=*/true);
+        pool.run(16, [&](int64_t) {
+            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+            while (std::chrono::steady_clock::now() < until) {
+            }
+            const std::thread::id me = std::this_thread::get_id();
+            std::lock_guard<std::mutex> lock(mutex);
+            if (me == caller || std::find(seen.begin(), seen.end(), me) != seen.end()) return;
+            seen.push_back(me);
+            workers.push_back(thread_time_slice_ns());
+        });
+        caller_slice = thread_time_slice_ns();
+    }
+    py::dict out;
+    out["caller"] = caller_slice;
+    out["workers"] = workers;
+    return out;
+}
+
 py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int threads,
                        int repeats, bool panels) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32)
@@ -408,6 +439,17 @@ void def_testing(py::module_ &m) {
           "per row and column; panels=True: W kept as the GEMM's panels, as the code predictor's "
           "matrices are): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
+    m.def("pool_thread_slices", &pool_thread_slices, py::arg("threads"),
+          "Runs 16 tasks of ~1 ms on a polite pool of that many threads: dict(caller: the calling "
+          "thread's time slice in ns after, workers: the slice of each other thread that ran a "
+          "task; 0 where the kernel reports none).");
+    m.def("ask_short_time_slices", &ask_short_time_slices,
+          "Asks short time slices for the calling thread, as a pool's threads do: whether the "
+          "kernel took them.");
+    m.def("set_thread_time_slice", &set_thread_time_slice, py::arg("ns"),
+          "Sets the calling thread's time slice (0: the kernel's default); whether it was accepted.");
+    m.def("thread_time_slice_ns", &thread_time_slice_ns,
+          "The calling thread's time slice in ns as the kernel reports it (0: none).");
     m.attr("KV_BLOCK") = DEFAULT_KV_BLOCK;
     m.def("conv_gemm", &run_conv_gemm, py::arg("w"), py::arg("x"), py::arg("taps") = 1,
           py::arg("dilation") = 1, py::arg("precision") = "f32", py::arg("threads") = 2,

@@ -2,6 +2,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 // The spin-wait hint of each CPU: it lets the sibling hardware thread run and saves power.
 #if defined(__x86_64__) || defined(_M_X64)
@@ -20,7 +28,55 @@ namespace {
 // every few microseconds while a model runs, syntheses seconds apart.
 constexpr auto SPIN_BEFORE_SLEEP = std::chrono::microseconds(500);
 constexpr auto POLITE_PAUSE = std::chrono::microseconds(30);  // then yield (polite pools)
+constexpr uint64_t SHORTEST_SLICE_NS = 100000;  // the kernel clamps slices to 0.1..100 ms
+
+#if defined(__linux__)
+// The kernel's struct sched_attr (include/uapi/linux/sched/types.h); glibc has no wrapper.
+struct SchedAttr {
+    uint32_t size;
+    uint32_t sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime;  // a SCHED_OTHER/SCHED_BATCH thread's slice, in ns (0: the default)
+    uint64_t sched_deadline;
+    uint64_t sched_period;
+    uint32_t sched_util_min;
+    uint32_t sched_util_max;
+};
+#endif
 }  // namespace
+
+uint64_t thread_time_slice_ns() {
+#if defined(__linux__) && defined(SYS_sched_getattr)
+    SchedAttr attr{};
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) == 0) return attr.sched_runtime;
+#endif
+    return 0;
+}
+
+bool set_thread_time_slice(uint64_t ns) {
+#if defined(__linux__) && defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
+    constexpr uint32_t SCHED_OTHER_POLICY = 0, SCHED_BATCH_POLICY = 3;
+    SchedAttr attr{};
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0) return false;
+    if (attr.sched_policy != SCHED_OTHER_POLICY && attr.sched_policy != SCHED_BATCH_POLICY)
+        return false;  // a real-time or idle thread keeps what it was given
+    attr.size = sizeof attr;
+    attr.sched_flags = 0;
+    attr.sched_runtime = ns;
+    return syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
+#else
+    (void)ns;
+    return false;
+#endif
+}
+
+bool ask_short_time_slices() {
+    const char *setting = std::getenv("KAZEIA_SHORT_SLICES");
+    if (setting && std::strcmp(setting, "off") == 0) return false;
+    return set_thread_time_slice(SHORTEST_SLICE_NS) && thread_time_slice_ns() == SHORTEST_SLICE_NS;
+}
 
 struct WorkerPool::Job {
     const std::function<void(int64_t)> *task;
@@ -54,6 +110,7 @@ void WorkerPool::work(Job &job) {
 }
 
 void WorkerPool::worker_loop() {
+    ask_short_time_slices();
     uint64_t seen = 0;
     for (;;) {
         const auto start = std::chrono::steady_clock::now();
@@ -89,6 +146,10 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
     if (workers_.empty() || n_tasks == 1) {
         for (int64_t i = 0; i < n_tasks; ++i) task(i);
         return;
+    }
+    if (sliced_caller_ != std::this_thread::get_id()) {
+        ask_short_time_slices();
+        sliced_caller_ = std::this_thread::get_id();
     }
     auto job = std::make_shared<Job>();
     job->task = &task;
