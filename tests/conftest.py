@@ -204,9 +204,12 @@ np.savez(
 
 def run_fresh(script: str, out: Path, args: list[str], env_vars: dict[str, str]) -> Any:
     """Runs `script` (python -c) in a fresh process with argv [out, *args] and `env_vars` set
-    (KAZEIA_KERNELS unset unless they set it to a value): the arrays it saved to `out`."""
+    (those given as "" unset, and KAZEIA_KERNELS unless they set it): the arrays it saved to
+    `out`."""
     env = {k: v for k, v in os.environ.items() if k != "KAZEIA_KERNELS"}
     env.update({k: v for k, v in env_vars.items() if v})
+    for k in [k for k, v in env_vars.items() if not v]:
+        env.pop(k, None)
     r = subprocess.run(
         [sys.executable, "-c", script, str(out), *args], env=env, capture_output=True, text=True
     )

@@ -548,39 +548,43 @@ def test_kazeia_ggml_cpu_loads_the_named_variant_or_says_why_not() -> None:
 
 # Run in a fresh process (KAZEIA_SHORT_SLICES set or not): argv = out.npz. The main thread
 # first goes back to the kernel's slice (a process inherits its parent's: pytest's main thread
-# runs pools too); then whether the kernel takes short slices on a thread of the script's own,
-# and the slices of a pool's threads.
-POOL_SLICES = """
+# runs pools too), then to SCHED_BATCH and nice 5, which the pool's threads inherit and must
+# keep; then whether the kernel takes a 0.1 ms slice on a thread of the script's own, and what
+# the kernel says of a pool's threads: [slice, nice, policy] each.
+POOL_SCHEDULING = """
+import os
 import sys
 import threading
 import numpy as np
 from wyoming_kazeia._native import testing
-assert testing.set_thread_time_slice(0)
+reset = testing.set_thread_time_slice(0)
+os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+os.nice(5)
 default = testing.thread_time_slice_ns()
 took = []
-probe = threading.Thread(target=lambda: took.append(testing.ask_short_time_slices()))
-probe.start()
-probe.join()
-got = testing.pool_thread_slices(3)
-np.savez(sys.argv[1], default=default, took=took[0], caller=got["caller"], workers=got["workers"])
+def probe():
+    testing.set_thread_time_slice(testing.SHORT_TIME_SLICE_NS)
+    took.append(testing.thread_time_slice_ns() == testing.SHORT_TIME_SLICE_NS)
+thread = threading.Thread(target=probe)
+thread.start()
+thread.join()
+got = testing.pool_thread_scheduling(3)
+np.savez(sys.argv[1], reset=reset, default=default, took=took[0],
+         threads=[got["caller"], *got["workers"]])
 """
-SHORT_SLICE_NS = 100_000
 
 
 @pytest.mark.parametrize("setting", ["", "off"])
 def test_a_pools_threads_ask_the_kernel_for_short_time_slices(setting: str, tmp_path: Path) -> None:
     """Every thread that runs a pool's tasks, its caller included, runs with 0.1 ms time slices
-    where the kernel grants them (Linux's EEVDF scheduler: a polite worker's yield then costs
-    0.1 ms of its turn instead of 1-3 ms, see docs/hardware.md); KAZEIA_SHORT_SLICES=off leaves
-    them the kernel's own."""
-    got = run_fresh(POOL_SLICES, tmp_path / "slices.npz", [], {"KAZEIA_SHORT_SLICES": setting})
-    slices = [int(got["caller"]), *map(int, got["workers"])]
-    assert len(slices) >= 2, "no worker took a task of 16 of ~1 ms each"
-    if setting == "off":
-        assert not bool(got["took"])
-        assert slices == [int(got["default"])] * len(slices)
-        return
-    if not bool(got["took"]):
-        pytest.skip("this kernel ignores a thread's time slice (Linux before 6.12, or not Linux)")
-    assert int(got["default"]) != SHORT_SLICE_NS
-    assert slices == [SHORT_SLICE_NS] * len(slices)
+    where the kernel grants them (Linux's EEVDF scheduler: see docs/hardware.md), and keeps its
+    policy and nice value; KAZEIA_SHORT_SLICES=off leaves their slices as they were."""
+    got = run_fresh(POOL_SCHEDULING, tmp_path / "sched.npz", [], {"KAZEIA_SHORT_SLICES": setting})
+    if not (bool(got["reset"]) and bool(got["took"])):
+        pytest.skip("the kernel did not take a 0.1 ms time slice on a thread of this process")
+    short, default = int(testing.SHORT_TIME_SLICE_NS), int(got["default"])
+    assert default != short
+    threads = [tuple(int(v) for v in t) for t in got["threads"]]
+    assert len(threads) >= 2, "no worker took a task"
+    slice_ = default if setting == "off" else short
+    assert threads == [(slice_, 5, os.SCHED_BATCH)] * len(threads)

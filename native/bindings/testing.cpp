@@ -4,6 +4,9 @@
 // growth step, frames apart on a GPU); the read bandwidth and FMA peak probes of the benches.
 // Nothing of the product calls these, and the wheel users get is built without them
 // (KAZEIA_TESTING).
+#include <sched.h>
+#include <sys/resource.h>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -342,31 +345,40 @@ py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64
     return result;
 }
 
-// The time slices (ns) of the threads that ran a polite pool's tasks: 16 tasks of ~1 ms each,
-// so that the workers take some.
-py::dict pool_thread_slices(int threads) {
+// What the kernel says of the calling thread: its time slice (ns), nice value and policy.
+std::vector<int64_t> thread_scheduling() {
+    return {(int64_t)thread_time_slice_ns(), (int64_t)getpriority(PRIO_PROCESS, 0),
+            (int64_t)sched_getscheduler(0)};
+}
+
+// thread_scheduling() of the threads that ran a polite pool's tasks: runs of 16 tasks of ~1 ms
+// each until a worker took one (for at most 2 s).
+py::dict pool_thread_scheduling(int threads) {
     const std::thread::id caller = std::this_thread::get_id();
     std::mutex mutex;
     std::vector<std::thread::id> seen;
-    std::vector<uint64_t> workers;
-    uint64_t caller_slice = 0;
+    std::vector<std::vector<int64_t>> workers;
+    std::vector<int64_t> of_caller;
     {
         py::gil_scoped_release released;
         WorkerPool pool(threads, /*polite=*/true);
-        pool.run(16, [&](int64_t) {
-            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
-            while (std::chrono::steady_clock::now() < until) {
-            }
-            const std::thread::id me = std::this_thread::get_id();
-            std::lock_guard<std::mutex> lock(mutex);
-            if (me == caller || std::find(seen.begin(), seen.end(), me) != seen.end()) return;
-            seen.push_back(me);
-            workers.push_back(thread_time_slice_ns());
-        });
-        caller_slice = thread_time_slice_ns();
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        do {
+            pool.run(16, [&](int64_t) {
+                const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+                while (std::chrono::steady_clock::now() < until) {
+                }
+                const std::thread::id me = std::this_thread::get_id();
+                std::lock_guard<std::mutex> lock(mutex);
+                if (me == caller || std::find(seen.begin(), seen.end(), me) != seen.end()) return;
+                seen.push_back(me);
+                workers.push_back(thread_scheduling());
+            });
+        } while (workers.empty() && std::chrono::steady_clock::now() < give_up);
+        of_caller = thread_scheduling();
     }
     py::dict out;
-    out["caller"] = caller_slice;
+    out["caller"] = of_caller;
     out["workers"] = workers;
     return out;
 }
@@ -439,17 +451,16 @@ void def_testing(py::module_ &m) {
           "per row and column; panels=True: W kept as the GEMM's panels, as the code predictor's "
           "matrices are): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
-    m.def("pool_thread_slices", &pool_thread_slices, py::arg("threads"),
-          "Runs 16 tasks of ~1 ms on a polite pool of that many threads: dict(caller: the calling "
-          "thread's time slice in ns after, workers: the slice of each other thread that ran a "
-          "task; 0 where the kernel reports none).");
-    m.def("ask_short_time_slices", &ask_short_time_slices,
-          "Asks short time slices for the calling thread, as a pool's threads do: whether the "
-          "kernel took them.");
+    m.def("pool_thread_scheduling", &pool_thread_scheduling, py::arg("threads"),
+          "Runs tasks of ~1 ms on a polite pool of that many threads until a worker took one: "
+          "dict(caller: [time slice ns, nice, policy] of the calling thread after, workers: the "
+          "same of each other thread that ran a task).");
     m.def("set_thread_time_slice", &set_thread_time_slice, py::arg("ns"),
-          "Sets the calling thread's time slice (0: the kernel's default); whether it was accepted.");
+          "Sets the calling thread's time slice as a pool's threads do (0: the kernel's default); "
+          "whether the call was accepted.");
     m.def("thread_time_slice_ns", &thread_time_slice_ns,
           "The calling thread's time slice in ns as the kernel reports it (0: none).");
+    m.attr("SHORT_TIME_SLICE_NS") = SHORT_TIME_SLICE_NS;
     m.attr("KV_BLOCK") = DEFAULT_KV_BLOCK;
     m.def("conv_gemm", &run_conv_gemm, py::arg("w"), py::arg("x"), py::arg("taps") = 1,
           py::arg("dilation") = 1, py::arg("precision") = "f32", py::arg("threads") = 2,

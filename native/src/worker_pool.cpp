@@ -1,5 +1,7 @@
 #include "worker_pool.h"
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,10 +30,10 @@ namespace {
 // every few microseconds while a model runs, syntheses seconds apart.
 constexpr auto SPIN_BEFORE_SLEEP = std::chrono::microseconds(500);
 constexpr auto POLITE_PAUSE = std::chrono::microseconds(30);  // then yield (polite pools)
-constexpr uint64_t SHORTEST_SLICE_NS = 100000;  // the kernel clamps slices to 0.1..100 ms
 
 #if defined(__linux__)
-// The kernel's struct sched_attr (include/uapi/linux/sched/types.h); glibc has no wrapper.
+// The kernel's struct sched_attr (include/uapi/linux/sched/types.h), its second version: glibc
+// has a wrapper only since 2.41.
 struct SchedAttr {
     uint32_t size;
     uint32_t sched_policy;
@@ -44,7 +46,15 @@ struct SchedAttr {
     uint32_t sched_util_min;
     uint32_t sched_util_max;
 };
+static_assert(sizeof(SchedAttr) == 56, "SCHED_ATTR_SIZE_VER1");
+constexpr uint64_t SCHED_FLAG_RESET_ON_FORK_BIT = 0x01;
 #endif
+
+// Whether a pool's threads ask for short time slices: unless KAZEIA_SHORT_SLICES=off.
+bool short_slices_wanted() {
+    const char *setting = std::getenv("KAZEIA_SHORT_SLICES");
+    return !(setting && std::strcmp(setting, "off") == 0);
+}
 }  // namespace
 
 uint64_t thread_time_slice_ns() {
@@ -57,25 +67,20 @@ uint64_t thread_time_slice_ns() {
 
 bool set_thread_time_slice(uint64_t ns) {
 #if defined(__linux__) && defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
-    constexpr uint32_t SCHED_OTHER_POLICY = 0, SCHED_BATCH_POLICY = 3;
     SchedAttr attr{};
     if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0) return false;
-    if (attr.sched_policy != SCHED_OTHER_POLICY && attr.sched_policy != SCHED_BATCH_POLICY)
+    if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH)
         return false;  // a real-time or idle thread keeps what it was given
+    // The same policy, nice value and reset-on-fork flag as before (the utilization clamps are
+    // left alone without their flags): only the slice changes.
     attr.size = sizeof attr;
-    attr.sched_flags = 0;
+    attr.sched_flags &= SCHED_FLAG_RESET_ON_FORK_BIT;
     attr.sched_runtime = ns;
     return syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
 #else
     (void)ns;
     return false;
 #endif
-}
-
-bool ask_short_time_slices() {
-    const char *setting = std::getenv("KAZEIA_SHORT_SLICES");
-    if (setting && std::strcmp(setting, "off") == 0) return false;
-    return set_thread_time_slice(SHORTEST_SLICE_NS) && thread_time_slice_ns() == SHORTEST_SLICE_NS;
 }
 
 struct WorkerPool::Job {
@@ -85,7 +90,8 @@ struct WorkerPool::Job {
     std::atomic<int64_t> done{0};
 };
 
-WorkerPool::WorkerPool(int n_threads, bool polite) : polite_(polite) {
+WorkerPool::WorkerPool(int n_threads, bool polite)
+    : short_slices_(short_slices_wanted()), polite_(polite) {
     for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -110,7 +116,7 @@ void WorkerPool::work(Job &job) {
 }
 
 void WorkerPool::worker_loop() {
-    ask_short_time_slices();
+    if (short_slices_) set_thread_time_slice(SHORT_TIME_SLICE_NS);
     uint64_t seen = 0;
     for (;;) {
         const auto start = std::chrono::steady_clock::now();
@@ -147,9 +153,9 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
         for (int64_t i = 0; i < n_tasks; ++i) task(i);
         return;
     }
-    if (sliced_caller_ != std::this_thread::get_id()) {
-        ask_short_time_slices();
-        sliced_caller_ = std::this_thread::get_id();
+    if (short_slices_ && last_caller_ != std::this_thread::get_id()) {
+        set_thread_time_slice(SHORT_TIME_SLICE_NS);
+        last_caller_ = std::this_thread::get_id();
     }
     auto job = std::make_shared<Job>();
     job->task = &task;

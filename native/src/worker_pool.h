@@ -6,13 +6,14 @@
 // instead: tasks are taken from a shared counter (a late or preempted thread just takes
 // fewer), and idle threads poll only briefly before sleeping on a condition variable.
 //
-// Every thread of a pool, the callers of run() included, asks the kernel for short time slices
-// (ask_short_time_slices). On Linux's EEVDF scheduler a thread that yields moves its virtual
-// deadline one slice later: with the default slice (1-3 ms) a polite worker that yields, or a
-// caller that waits, lets a busy process beside the engine run that long, while the caller
-// does the pool's work alone. With 0.1 ms slices a yield costs that much, and a thread of ours
-// that wakes preempts the busy process sooner. How much of the cores each thread gets is
-// unchanged: it follows the threads' weights (nice values), not their slices.
+// Every thread of a pool, the callers of run() included, asks the kernel for its shortest
+// time slice. On Linux's EEVDF scheduler a thread that yields moves its virtual deadline later
+// by its own slice: with the default slice (1.4 ms on 2 CPUs) it fell behind a busy process
+// beside the engine, which then ran its turn while our caller did the pool's work alone; with
+// 0.1 ms it mostly stays ahead, so a yield hands the core to another thread of ours or to no
+// one, and a thread of ours that wakes preempts the busy process sooner. How much of the cores
+// each thread gets is unchanged (it follows the weights: the nice values); other processes may
+// wait a little longer for a core while the engine works.
 #pragma once
 
 #include <atomic>
@@ -26,15 +27,15 @@
 
 namespace kazeia {
 
-// Asks for the shortest time slice the kernel grants the calling thread (0.1 ms), with
-// set_thread_time_slice. KAZEIA_SHORT_SLICES=off leaves the slice alone (for benches). Whether
-// the kernel took it. The thread keeps it, and the processes it starts inherit it.
-bool ask_short_time_slices();
+// The time slice a pool's threads ask for: the shortest the kernel grants (it clamps slices to
+// 0.1..100 ms). KAZEIA_SHORT_SLICES=off leaves the threads' slices as they are (for benches).
+inline constexpr uint64_t SHORT_TIME_SLICE_NS = 100000;
 
 // Sets the calling thread's time slice to `ns` (0: the kernel's default): the sched_runtime of
 // a SCHED_OTHER or SCHED_BATCH thread, which Linux's EEVDF scheduler reads since 6.12 (older
-// kernels ignore it), keeping its policy and nice value; a real-time or idle thread is left as
-// it is. Whether the call was accepted.
+// kernels accept and ignore it), keeping its policy and nice value; a real-time or idle thread
+// is left as it is. The thread keeps it, and the threads and processes it starts inherit it.
+// Whether the call was accepted.
 bool set_thread_time_slice(uint64_t ns);
 
 // The calling thread's time slice in ns as the kernel reports it (0 where it reports none).
@@ -53,8 +54,8 @@ class WorkerPool {
     int n_threads() const { return (int)workers_.size() + 1; }
 
     // Calls task(i) for every i in [0, n_tasks) across the pool; returns when all are done.
-    // Not reentrant: one run() at a time per pool. A thread's first run() asks short time
-    // slices for it (kept after run() returns).
+    // Not reentrant: one run() at a time per pool. Gives a caller other than the last one short
+    // time slices (kept after run() returns).
     void run(int64_t n_tasks, const std::function<void(int64_t)> &task);
 
   private:
@@ -68,7 +69,8 @@ class WorkerPool {
     std::shared_ptr<Job> job_;             // current job, guarded by mutex_
     std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job
     int sleepers_ = 0;                     // workers waiting on wake_, guarded by mutex_
-    std::thread::id sliced_caller_;        // the last caller of run() given short slices
+    std::thread::id last_caller_;          // the last thread that run() gave short slices
+    bool short_slices_ = true;             // whether the pool's threads ask for them
     bool polite_ = false;
     bool stop_ = false;
 };
