@@ -480,6 +480,27 @@ def test_a_row_gets_the_same_bits_in_a_joined_matrix_as_in_its_own(n: int, way: 
         assert np.array_equal(joined, np.concatenate(apart, axis=1)), threads
 
 
+@pytest.mark.parametrize("a_as_panels", [False, True])
+def test_only_adjacent_copies_kept_alike_are_joined(a_as_panels: bool) -> None:
+    """A layer's copies are joined into one matrix only where they lie back to back in the
+    copies' buffer in the order given, of one type and row length, each a whole number of the
+    GEMM's 8-row blocks, and kept the same way (rows or panels); elsewhere joined() refuses and
+    the layer keeps its separate products. The copies, in buffer order: a, b, c (q8_0, 256
+    columns; 16, 8, 24 rows), d (f32), e (q8_0, 12 rows), f (q8_0, 8 rows), g (q8_0, 128
+    columns)."""
+    if a_as_panels and testing.Q8_GEMM_ISA == "portable":
+        pytest.skip("no q8_0 panels without a vector path")
+    got = dict(testing.joined_rows(a_as_panels))
+    assert got["bc"] == 32
+    assert got["cb"] == 0  # not in buffer order
+    assert got["ac"] == 0  # not adjacent
+    assert got["cd"] == 0  # another type
+    assert got["ef"] == 0  # 12 rows: not whole 8-row blocks
+    assert got["fg"] == 0  # another row length
+    # a kept as panels, b as rows: refused; both as rows: joined.
+    assert (got["ab"], got["abc"]) == ((0, 0) if a_as_panels else (24, 48))
+
+
 def test_panels_need_whole_panels_of_rows() -> None:
     """A matrix whose rows are not a whole number of 8-row panels is refused, not misread."""
     w, x = _q8_inputs(20, 64, 1)

@@ -27,6 +27,7 @@
 #include "kazeia/speech_decoder.h"
 #include "src/cpu_backend.h"
 #include "src/generation_probes.h"
+#include "src/lm_graph.h"
 #include "src/ggml_raii.h"
 #include "src/ops.h"
 #include "src/ops/isa.h"
@@ -345,6 +346,43 @@ py::array_t<float> run_conv_gemm(const FloatArray &w, const FloatArray &x, int64
     return result;
 }
 
+// DeviceCopies::joined on CPU copies of small matrices, in this order in one buffer: a, b, c
+// (q8_0, 256 columns; 16, 8 and 24 rows), d (f32, 8 rows), e (q8_0, 12 rows), f (q8_0, 8 rows),
+// g (q8_0, 128 columns, 8 rows); `a_as_panels` keeps a as q8_0 panels. For each named group of
+// copies: the rows of the joined matrix, 0 where joined() refused.
+std::vector<std::pair<std::string, int64_t>> joined_rows(bool a_as_panels) {
+    struct Part {
+        const char *name;
+        ggml_type type;
+        int64_t cols, rows;
+    };
+    const Part parts[] = {{"a", GGML_TYPE_Q8_0, 256, 16}, {"b", GGML_TYPE_Q8_0, 256, 8},
+                          {"c", GGML_TYPE_Q8_0, 256, 24}, {"d", GGML_TYPE_F32, 256, 8},
+                          {"e", GGML_TYPE_Q8_0, 256, 12}, {"f", GGML_TYPE_Q8_0, 256, 8},
+                          {"g", GGML_TYPE_Q8_0, 128, 8}};
+    ggml_init_params params = {1 << 20, nullptr, false};
+    GgmlContextPtr ctx(ggml_init(params));
+    std::vector<ggml_tensor *> host;
+    for (const Part &p : parts) {
+        ggml_tensor *t = ggml_new_tensor_2d(ctx.get(), p.type, p.cols, p.rows);
+        ggml_set_name(t, (std::string("blk.0.") + p.name + ".weight").c_str());
+        std::memset(t->data, 0, ggml_nbytes(t));  // zero scales and values: valid blocks
+        host.push_back(t);
+    }
+    std::vector<ggml_tensor *> panels;
+    if (a_as_panels) panels.push_back(host[0]);
+    DeviceCopies copies(host, ggml_backend_cpu_buffer_type(), "test", nullptr, panels);
+    auto at = [&](char name) { return copies[host[name - 'a']]; };
+    std::vector<std::pair<std::string, int64_t>> out;
+    for (const char *group : {"bc", "abc", "cb", "ac", "cd", "ef", "fg", "ab"}) {
+        ggml_tensor *j = nullptr;
+        if (std::strlen(group) == 2) j = copies.joined({at(group[0]), at(group[1])}, "joined");
+        else j = copies.joined({at(group[0]), at(group[1]), at(group[2])}, "joined");
+        out.emplace_back(group, j ? j->ne[1] : 0);
+    }
+    return out;
+}
+
 // What the kernel says of the calling thread: its time slice (ns), nice value and policy.
 std::vector<int64_t> thread_scheduling() {
     return {(int64_t)thread_time_slice_ns(), (int64_t)getpriority(PRIO_PROCESS, 0),
@@ -451,6 +489,9 @@ void def_testing(py::module_ &m) {
           "per row and column; panels=True: W kept as the GEMM's panels, as the code predictor's "
           "matrices are): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
+    m.def("joined_rows", &joined_rows, py::arg("a_as_panels"),
+          "DeviceCopies::joined on CPU copies of small matrices a..g (see testing.cpp): "
+          "[(group, rows of the joined matrix or 0 where refused)].");
     m.def("pool_thread_scheduling", &pool_thread_scheduling, py::arg("threads"),
           "Runs tasks of ~1 ms on a polite pool of that many threads until a worker took one: "
           "dict(caller: [time slice ns, nice, policy] of the calling thread after, workers: the "
