@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "cpu_backend.h"
+#include "env_switch.h"
 #include "devices_internal.h"
 #include "kazeia/error.h"
 
@@ -46,8 +47,7 @@ std::string lower(std::string s) {
 // ggml's f16 shaders: faster on a real GPU, as far from the reference as said. A
 // GGML_VK_DISABLE_F16 set by the user is left alone.
 void choose_vulkan_precision() {
-    const char *f16 = std::getenv("KAZEIA_VULKAN_F16");
-    if (f16 && std::string(f16) == "1") return;
+    if (env_is("KAZEIA_VULKAN_F16", "1")) return;
     setenv("GGML_VK_DISABLE_F16", "1", /*overwrite=*/0);
 }
 

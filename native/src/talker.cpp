@@ -2,11 +2,10 @@
 // the per-voice K/V cache, steps, cache growth). The LM stack itself is lm_graph.cpp.
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "devices_internal.h"
+#include "env_switch.h"
 #include "kazeia/error.h"
 #include "ops.h"
 #include "prompt.h"
@@ -48,10 +47,7 @@ void check(const GgufWeights &w, const TalkerHParams &hp) {
 
 // Whether a stack on the CPU joins its layers' products (DeviceCopies::joined);
 // KAZEIA_JOINED=off keeps them apart, for benches and tests.
-bool joins_products() {
-    const char *joined = std::getenv("KAZEIA_JOINED");
-    return !(joined && std::strcmp(joined, "off") == 0);
-}
+bool joins_products() { return !env_is("KAZEIA_JOINED", "off"); }
 
 LmStack bind_stack(const GgufWeights &w, const char *prefix, const LmHParams &hp, const char *norm) {
     LmStack s;

@@ -5,13 +5,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
+
+#include "env_switch.h"
 
 // The spin-wait hint of each CPU: it lets the sibling hardware thread run and saves power.
 #if defined(__x86_64__) || defined(_M_X64)
@@ -51,10 +51,7 @@ constexpr uint64_t SCHED_FLAG_RESET_ON_FORK_BIT = 0x01;
 #endif
 
 // Whether a pool's threads ask for short time slices: unless KAZEIA_SHORT_SLICES=off.
-bool short_slices_wanted() {
-    const char *setting = std::getenv("KAZEIA_SHORT_SLICES");
-    return !(setting && std::strcmp(setting, "off") == 0);
-}
+bool short_slices_wanted() { return !env_is("KAZEIA_SHORT_SLICES", "off"); }
 }  // namespace
 
 uint64_t thread_time_slice_ns() {

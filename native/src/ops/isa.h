@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "env_switch.h"
 #include "worker_pool.h"
 
 // One vector path per instruction set, in ops/x86/ and ops/arm/ (declared in ops/arch.h). On
@@ -48,8 +49,7 @@ namespace kazeia {
 // (tests compare the two).
 inline bool use_avx2() {
     static const bool yes = [] {
-        const char *forced = std::getenv("KAZEIA_KERNELS");
-        if (forced && std::strcmp(forced, "portable") == 0) return false;
+        if (env_is("KAZEIA_KERNELS", "portable")) return false;
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("f16c");
@@ -62,9 +62,7 @@ inline bool use_avx2() {
 // AVX2 path.
 inline bool use_avx512() {
     static const bool yes = [] {
-        const char *forced = std::getenv("KAZEIA_KERNELS");
-        if (forced && (std::strcmp(forced, "portable") == 0 || std::strcmp(forced, "avx2") == 0))
-            return false;
+        if (env_is("KAZEIA_KERNELS", "portable") || env_is("KAZEIA_KERNELS", "avx2")) return false;
         return use_avx2() && __builtin_cpu_supports("avx512f");
     }();
     return yes;
@@ -74,9 +72,8 @@ inline bool use_avx512() {
 // KAZEIA_KERNELS is set to avx512, avx2 or portable; asks nothing of the system (use_amx does).
 inline bool amx_on_cpu() {
     static const bool yes = [] {
-        const char *forced = std::getenv("KAZEIA_KERNELS");
-        if (forced && (std::strcmp(forced, "portable") == 0 || std::strcmp(forced, "avx2") == 0 ||
-                       std::strcmp(forced, "avx512") == 0))
+        if (env_is("KAZEIA_KERNELS", "portable") || env_is("KAZEIA_KERNELS", "avx2") ||
+            env_is("KAZEIA_KERNELS", "avx512"))
             return false;
         return use_avx512() && __builtin_cpu_supports("amx-bf16") &&
                __builtin_cpu_supports("amx-tile");

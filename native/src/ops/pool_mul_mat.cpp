@@ -11,6 +11,7 @@
 #endif
 
 #include "cpu_backend.h"
+#include "env_switch.h"
 #include "ops/arch.h"
 #include "ggml-cpu.h"
 #include "q8_gemm.h"
@@ -72,9 +73,7 @@ Q8DotRows q8_dot_rows() {
     static const Q8DotRows path = []() -> Q8DotRows {
 #if KAZEIA_AVX2
         if (!use_avx2()) return nullptr;
-        const char *forced = std::getenv("KAZEIA_KERNELS");
-        const bool avx2_forced = forced && std::strcmp(forced, "avx2") == 0;
-        if (!avx2_forced && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+        if (!env_is("KAZEIA_KERNELS", "avx2") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
             return x86::q8_dot_rows_vnni;
         return x86::q8_dot_rows_avx2;
 #else
@@ -96,9 +95,8 @@ const char *q8_dot_isa() {
 
 const WeightReads &weight_reads() {
     static const WeightReads reads = [] {
-        const char *forced = std::getenv("KAZEIA_WEIGHT_READS");
-        if (forced && std::strcmp(forced, "streams") == 0) return PREFETCHED_STREAMS;
-        if (forced && std::strcmp(forced, "sequential") == 0) return ONE_STREAM;
+        if (env_is("KAZEIA_WEIGHT_READS", "streams")) return PREFETCHED_STREAMS;
+        if (env_is("KAZEIA_WEIGHT_READS", "sequential")) return ONE_STREAM;
 #if defined(__x86_64__)
         // The vendor string of CPUID leaf 0 (EBX, EDX, ECX): Hygon's CPUs are AMD's Zen cores.
         unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #endif
 
+#include "env_switch.h"
 #include "ggml.h"
 #include "ops/arch.h"
 #include "ops/isa.h"
@@ -35,12 +36,11 @@ enum class Path { portable, avx2, vnni, dotprod };
 // This CPU's path (q8_gemm_isa), checked once: on x86-64 by CPUID, on aarch64 by the kernel's
 // HWCAP bits (the dot-product instructions are optional there).
 Path detect_path() {
-    const char *forced = std::getenv("KAZEIA_KERNELS");
-    if (forced && std::strcmp(forced, "portable") == 0) return Path::portable;
+    if (env_is("KAZEIA_KERNELS", "portable")) return Path::portable;
 #if KAZEIA_AVX2
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) return Path::portable;
-    if (forced && std::strcmp(forced, "avx2") == 0) return Path::avx2;
+    if (env_is("KAZEIA_KERNELS", "avx2")) return Path::avx2;
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) return Path::vnni;
     return Path::avx2;
 #elif KAZEIA_NEON
@@ -213,9 +213,8 @@ void q8_gemm(const void *w, int64_t w_row_bytes, int64_t M, int64_t K, const voi
 
 bool q8_keeps_panels(int64_t bytes) {
     if (path() == Path::portable) return false;
-    const char *forced = std::getenv("KAZEIA_Q8_PANELS");
-    if (forced && std::strcmp(forced, "on") == 0) return true;
-    if (forced && std::strcmp(forced, "off") == 0) return false;
+    if (env_is("KAZEIA_Q8_PANELS", "on")) return true;
+    if (env_is("KAZEIA_Q8_PANELS", "off")) return false;
     return bytes <= last_level_cache_bytes();
 }
 
