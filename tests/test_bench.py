@@ -4,11 +4,13 @@ table)."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gguf
@@ -240,3 +242,32 @@ def test_a_bench_child_imports_the_dev_package_whatever_started_it(
     assert bare.returncode != 0, "the case this guards against no longer fails"
     run = subprocess.run(child, env=dev_child_env(), capture_output=True, text=True, cwd="/")
     assert run.returncode == 0, run.stderr
+
+
+# A decoder command that burns this much CPU before it becomes the real kazeia-decoder.
+BURN_S = 0.3
+BURN_THEN_EXEC = (
+    "import os, sys, time\n"
+    f"end = time.process_time() + {BURN_S}\n"
+    "while time.process_time() < end:\n"
+    "    pass\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+def test_a_synthesis_counts_the_cpu_of_its_decoder_child(tiny_model: Path) -> None:
+    from kazeia_dev.bench.engine_child import _synthesis_run
+
+    from wyoming_kazeia.engine import Engine
+    from wyoming_kazeia.settings import EngineSettings
+
+    engine = Engine(tiny_model, EngineSettings(max_frames=8, seed=3, decoder_subprocess=True))
+    engine.decoder_command = [sys.executable, "-c", BURN_THEN_EXEC, *engine.decoder_command]
+    args = argparse.Namespace(text="Hello there.", speaker="vivian", language="english")
+    own = time.process_time()
+    metrics, audio, _ = _synthesis_run(engine, args)
+    own = time.process_time() - own
+    assert audio.size == 8 * 1920
+    # The child's burn is counted beside this process's threads, and the cores follow.
+    assert metrics["cpu_s"] >= own + BURN_S
+    assert metrics["cores"] == pytest.approx(metrics["cpu_s"] / metrics["wall_s"])

@@ -8,6 +8,7 @@ on stdout as one JSON object, the last run's audio in ``--out``.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import tempfile
@@ -45,7 +46,9 @@ def _synthesis_run(
     engine: Any, args: argparse.Namespace, voice: Any = None, **overrides: Any
 ) -> tuple[dict[str, float], np.ndarray, list[Chunk]]:
     """One synthesis, consumed as a caller would; returns (metrics, int16 audio, each chunk's
-    arrival in seconds after the call and its length in seconds)."""
+    arrival in seconds after the call and its length in seconds). Its CPU seconds count every
+    thread of this process and a kazeia-decoder child (waited for when the synthesis ends)."""
+    cpu0 = _engine_cpu_s()
     t0 = time.perf_counter()
     if voice is None:
         s = engine.synthesize(args.text, speaker=args.speaker, language=args.language, **overrides)
@@ -57,11 +60,20 @@ def _synthesis_run(
         arrivals.append((time.perf_counter() - t0, len(chunk) / engine.sample_rate))
         chunks.append(chunk)
     wall = time.perf_counter() - t0
+    cpu = _engine_cpu_s() - cpu0
     metrics: dict[str, float] = dict(s.metrics.as_dict())
     metrics["wall_s"] = wall
+    metrics["cpu_s"] = cpu
+    metrics["cores"] = cpu / wall
     metrics["first_chunk_wall_s"] = arrivals[0][0] if arrivals else float("nan")
     audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
     return metrics, audio, arrivals
+
+
+def _engine_cpu_s() -> float:
+    """CPU seconds of this process's threads and of its children that have ended."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def child_engine(args: argparse.Namespace) -> dict[str, Any]:

@@ -136,6 +136,11 @@ def add_row_ratios(rows: Rows, loaded: Rows) -> None:
         if "failed" not in row:
             row["slowdown"] = row["total_s"] / rows[name]["total_s"]
             row["ttfa_slowdown"] = row["ttfa_s"] / rows[name]["ttfa_s"]
+            # The slowdown's two factors (their product, but for the medians): the cores the
+            # engine had alone against those the competing processes left it, and the CPU it
+            # spent for the same synthesis loaded against alone.
+            row["cores_alone_vs_loaded"] = rows[name]["cores"] / row["cores"]
+            row["cpu_vs_alone"] = row["cpu_s"] / rows[name]["cpu_s"]
 
 
 def target_verdicts(

@@ -17,7 +17,11 @@ LEGEND = (
     "(the caller's view from the synthesize() call is in --json: wall_s, "
     "first_chunk_wall_s); RTF = total / audio s; (cold) = the process's first synthesis, "
     "the warm-up; total vs one-shot = total / total of the "
-    "one-shot row of the same table; slowdown = total (TTFA) under load / without; load CPU "
+    "one-shot row of the same table; slowdown = total (TTFA) under load / without; engine "
+    "cores = the CPU seconds of the engine's threads (and of its kazeia-decoder child) over "
+    "the synthesis's wall time; the slowdown is about the product of cores alone / loaded (the "
+    "share the competing processes left it) and engine CPU vs alone (CPU seconds per synthesis "
+    "loaded / alone: what the contention costs in work); load CPU "
     "share = the mean fraction of a CPU each load process got; peak RSS = VmHWM of the "
     "whole process (+ the peak of the kazeia-decoder subprocess); medians over the runs."
 )
@@ -281,15 +285,15 @@ def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
         f"({c['load_kind']}), {c['load_repeats']} timed syntheses per row after the warm-up:",
         "",
         "| row | decoder s | total s | RTF | TTFA ms (cold) | chunks | talker s | predictor s "
-        "| total vs one-shot | peak RSS MB | slowdown total (TTFA) | load CPU share "
-        "| target |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| total vs one-shot | peak RSS MB | slowdown total (TTFA) | engine cores (alone) "
+        "| cores alone / loaded | engine CPU vs alone | load CPU share | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, row in result["loaded_rows"].items():
         if "failed" in row:
             lines.append(
                 f"| {row_label(name)} | {row['failed']} | - | - | - | - | - | - | - | - "
-                f"| > {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall) | - "
+                f"| > {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall) | - | - | - | - "
                 f"| slowdown <= {t['load_slowdown']}x: MISSED |"
             )
             continue
@@ -297,6 +301,8 @@ def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
         lines.append(
             f"| {_label(name, row, c['frames'])} {_cells(row)}"
             f"| {row['slowdown']:.2f}x ({row['ttfa_slowdown']:.2f}x) "
+            f"| {row['cores']:.2f} ({rows[name]['cores']:.2f}) "
+            f"| {row['cores_alone_vs_loaded']:.2f}x | {row['cpu_vs_alone']:.3f}x "
             f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
             f"| slowdown <= {t['load_slowdown']}x: {ok(tg['slowdown_ok'][name])} |"
         )
