@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import gguf
 import pytest
@@ -23,8 +24,15 @@ from kazeia_dev.bench.decoder import (
     streamed_weight_mb,
     winograd_tiles_per_frame,
 )
-from kazeia_dev.bench.engine_figures import generator_gflop_per_frame, memory_floor
-from kazeia_dev.bench.engine_report import _memory_floor_lines, _player_lines
+from kazeia_dev.bench.engine_figures import (
+    T,
+    add_row_ratios,
+    generator_gflop_per_frame,
+    memory_floor,
+    target_verdicts,
+)
+from kazeia_dev.bench.engine_report import _loaded_lines, _memory_floor_lines, _player_lines
+from kazeia_dev.bench.engine_runs import ALONE_KEYS
 from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
 
 from wyoming_kazeia import _native
@@ -268,6 +276,47 @@ def test_a_synthesis_counts_the_cpu_of_its_decoder_child(tiny_model: Path) -> No
     metrics, audio, _ = _synthesis_run(engine, args)
     own = time.process_time() - own
     assert audio.size == 8 * 1920
-    # The child's burn is counted beside this process's threads, and the cores follow.
+    # The child's burn is counted beside this process's threads.
     assert metrics["cpu_s"] >= own + BURN_S
-    assert metrics["cores"] == pytest.approx(metrics["cpu_s"] / metrics["wall_s"])
+
+
+def _engine_row(total_s: float, cpu_s: float, wall_s: float) -> dict[str, Any]:
+    return {
+        "decoder_s": 1.0, "total_s": total_s, "rtf": total_s / 3.2, "ttfa_s": total_s / 10,
+        "cold_ttfa_s": 0.5, "n_chunks": 11, "talker_s": 1.0, "predictor_s": 1.5,
+        "peak_rss_mb": 900.0, "decoder_subprocess_peak_rss_mb": 0.0, "engine_peak_rss_mb": 900.0,
+        "n_frames": 40,
+        "cpu_s": cpu_s, "wall_s": wall_s, "cores": cpu_s / wall_s, "row_wall_s": 20.0,
+    }  # fmt: skip
+
+
+def test_a_loaded_rows_slowdown_is_taken_against_the_runs_alone_around_it() -> None:
+    rows = {"oneshot": _engine_row(3.0, 6.0, 3.0), "stream_k4": _engine_row(3.0, 6.0, 3.0)}
+    # The box slowed down while the row ran: alone 3.0 s before it and 4.0 s after.
+    before, after = _engine_row(3.0, 6.0, 3.0), _engine_row(4.0, 8.0, 4.0)
+    loaded_row = _engine_row(7.0, 7.7, 7.0)
+    loaded_row.update(
+        load={"cpu_share": 0.5},
+        alone={k: (before[k] + after[k]) / 2 for k in ALONE_KEYS},
+        alone_runs=[before, after],
+    )
+    loaded = {
+        "oneshot": loaded_row,
+        "stream_k4": {"failed": "timed out", "failed_stage": "alone", "bound_s": 60.0},
+    }
+    add_row_ratios(rows, loaded)
+    assert loaded_row["slowdown"] == pytest.approx(2.0)  # 7.0 / the mean 3.5
+    assert loaded_row["slowdown_vs_table"] == pytest.approx(7.0 / 3.0)
+    assert loaded_row["cores_alone_vs_loaded"] == pytest.approx(2.0 / 1.1)
+    assert loaded_row["cpu_vs_alone"] == pytest.approx(7.7 / 7.0)
+    result = {
+        "config": {"load": True, "load_procs": 2, "load_kind": "spin", "load_repeats": 3,
+                   "frames": 40},
+        "rows": rows,
+        "loaded_rows": loaded,
+        "targets": target_verdicts(T, rows, loaded, {}),
+    }  # fmt: skip
+    table = [line for line in _loaded_lines(result, T) if line.startswith("|")]
+    assert len({line.count("|") for line in table}) == 1  # every line has the header's cells
+    assert "| 2.00x (2.00x) | 2.33x | 1.10 (2.00) | 1.82x | 1.100x | 50% |" in table[2]
+    assert "alone run failed: timed out" in table[3] and "MISSED" in table[3]

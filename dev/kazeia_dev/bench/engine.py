@@ -73,8 +73,9 @@ def add_parser(subparsers: Any) -> None:
             "decoder / talker / code-predictor seconds, total, RTF, time to first audio, peak "
             "RSS; for each streaming row, a player at real time's underruns as the chunks come "
             "and through the service's prebuffer, and its hold. Then the same rows again "
-            "beside --load-procs busy processes (--no-load to skip): slowdown loaded / "
-            "unloaded. Prints a markdown table (or JSON with --json) on stdout."
+            "beside --load-procs busy processes (--no-load to skip), each between two runs "
+            "of the same row alone: slowdown loaded / alone. Prints a markdown table (or "
+            "JSON with --json) on stdout."
         ),
     )
     _add_model_options(p)

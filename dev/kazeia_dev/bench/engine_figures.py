@@ -134,13 +134,17 @@ def add_row_ratios(rows: Rows, loaded: Rows) -> None:
                 row["vs_oneshot"] = row["total_s"] / ok_rows["oneshot"]["total_s"]
     for name, row in loaded.items():
         if "failed" not in row:
-            row["slowdown"] = row["total_s"] / rows[name]["total_s"]
-            row["ttfa_slowdown"] = row["ttfa_s"] / rows[name]["ttfa_s"]
-            # The slowdown's two factors (their product, but for the medians): the cores the
-            # engine had alone against those the competing processes left it, and the CPU it
-            # spent for the same synthesis loaded against alone.
-            row["cores_alone_vs_loaded"] = rows[name]["cores"] / row["cores"]
-            row["cpu_vs_alone"] = row["cpu_s"] / rows[name]["cpu_s"]
+            alone = row["alone"]  # the same row alone, the mean of the runs around it
+            row["slowdown"] = row["total_s"] / alone["total_s"]
+            row["ttfa_slowdown"] = row["ttfa_s"] / alone["ttfa_s"]
+            row["slowdown_vs_table"] = row["total_s"] / rows[name]["total_s"]
+            # The slowdown's two factors (about its product: they come from the wall time of
+            # the synthesize() calls, medians of each): the cores the engine kept busy alone
+            # against those it got beside the competing processes, and the CPU seconds of the
+            # same synthesis loaded against alone. Both count the pools' polling, which alone
+            # keeps idle cores busy and loaded gives its turns away.
+            row["cores_alone_vs_loaded"] = alone["cores"] / row["cores"]
+            row["cpu_vs_alone"] = row["cpu_s"] / alone["cpu_s"]
 
 
 def target_verdicts(

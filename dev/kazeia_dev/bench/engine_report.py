@@ -17,11 +17,15 @@ LEGEND = (
     "(the caller's view from the synthesize() call is in --json: wall_s, "
     "first_chunk_wall_s); RTF = total / audio s; (cold) = the process's first synthesis, "
     "the warm-up; total vs one-shot = total / total of the "
-    "one-shot row of the same table; slowdown = total (TTFA) under load / without; engine "
-    "cores = the CPU seconds of the engine's threads (and of its kazeia-decoder child) over "
-    "the synthesis's wall time; the slowdown is about the product of cores alone / loaded (the "
-    "share the competing processes left it) and engine CPU vs alone (CPU seconds per synthesis "
-    "loaded / alone: what the contention costs in work); load CPU "
+    "one-shot row of the same table; slowdown = total (TTFA) under load / the mean of the same "
+    "row run alone just before and just after it, with as many syntheses (vs the unloaded "
+    "table: against that table's row, run minutes earlier); engine cores = the CPU seconds "
+    "of the engine's threads (and of its kazeia-decoder child) over the wall time of the "
+    "synthesize() call; the slowdown is about the product of cores alone / loaded (how much "
+    "less of the cores the engine got beside the competing processes) and engine CPU vs "
+    "alone (CPU seconds per synthesis loaded / alone: what the contention costs in work, and "
+    "any change of the box's speed); both count the pools' polling, which alone keeps idle "
+    "cores busy and loaded gives its turns to the other processes; load CPU "
     "share = the mean fraction of a CPU each load process got; peak RSS = VmHWM of the "
     "whole process (+ the peak of the kazeia-decoder subprocess); medians over the runs."
 )
@@ -274,7 +278,8 @@ def _voice_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
 
 
 def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
-    """The table of the rows beside the competing load, each slowed down from its unloaded row."""
+    """The table of the rows beside the competing load, each slowed down from the same row run
+    alone around it."""
     c = result["config"]
     if not c["load"]:
         return []
@@ -282,26 +287,35 @@ def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
     lines = [
         "",
         f"Beside a competing load of {c['load_procs']} busy single-thread processes "
-        f"({c['load_kind']}), {c['load_repeats']} timed syntheses per row after the warm-up:",
+        f"({c['load_kind']}), {c['load_repeats']} timed syntheses per row after the warm-up, "
+        "each row between two runs of the same row alone:",
         "",
         "| row | decoder s | total s | RTF | TTFA ms (cold) | chunks | talker s | predictor s "
-        "| total vs one-shot | peak RSS MB | slowdown total (TTFA) | engine cores (alone) "
+        "| total vs one-shot | peak RSS MB | slowdown total (TTFA) "
+        "| vs the unloaded table "
+        "| engine cores loaded (alone) "
         "| cores alone / loaded | engine CPU vs alone | load CPU share | target |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, row in result["loaded_rows"].items():
         if "failed" in row:
+            failed = f"{row['failed_stage']} run failed: {row['failed']}"
             lines.append(
-                f"| {row_label(name)} | {row['failed']} | - | - | - | - | - | - | - | - "
-                f"| > {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall) | - | - | - | - "
+                f"| {row_label(name)} | {failed} | - | - | - | - | - | - | - | - "
+                f"| > {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall) "
+                "| - | - | - | - | - "
                 f"| slowdown <= {t['load_slowdown']}x: MISSED |"
             )
             continue
         share = row["load"].get("cpu_share")
+        label = _label(name, row, c["frames"])
+        if any(r["n_frames"] != c["frames"] for r in row["alone_runs"]):
+            label += " (a run alone gave other frames!)"
         lines.append(
-            f"| {_label(name, row, c['frames'])} {_cells(row)}"
+            f"| {label} {_cells(row)}"
             f"| {row['slowdown']:.2f}x ({row['ttfa_slowdown']:.2f}x) "
-            f"| {row['cores']:.2f} ({rows[name]['cores']:.2f}) "
+            f"| {row['slowdown_vs_table']:.2f}x "
+            f"| {row['cores']:.2f} ({row['alone']['cores']:.2f}) "
             f"| {row['cores_alone_vs_loaded']:.2f}x | {row['cpu_vs_alone']:.3f}x "
             f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
             f"| slowdown <= {t['load_slowdown']}x: {ok(tg['slowdown_ok'][name])} |"

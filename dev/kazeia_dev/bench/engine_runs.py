@@ -307,34 +307,65 @@ def run_loaded_rows(
     rows: dict[str, dict[str, Any]],
     audio: dict[str, np.ndarray],
 ) -> dict[str, dict[str, Any]]:
-    """The unloaded rows again beside the competing load, each bounded in time; a row that
-    fails says so (``failed``) and the others still run. Their audio joins ``audio`` as
-    ``NAME-loaded``."""
+    """The unloaded rows again beside the competing load, each bounded in time and each
+    between two runs of the same row alone with as many syntheses (``alone``: their means,
+    what its slowdown is taken against, so that a drift of the box's own speed cancels); a
+    row that fails says so (``failed``, with ``failed_stage``: ``alone`` or ``loaded``) and
+    the others still run. Their audio joins ``audio`` as ``NAME-loaded``."""
     args = runner.args
     loaded: dict[str, dict[str, Any]] = {}
     for name, chunk, subproc in configs:
         bound = load_bound_s(rows[name]["row_wall_s"])
         what = f"engine {row_label(name)} beside {args.load_procs} {args.load_kind} processes"
+        stage = "alone"
         try:
+            before = _alone_run(runner, name, chunk, subproc, bound, "before")
+            stage = "loaded"
             with competing_load(args.load_procs, args.load_kind, bound) as info:
                 row, out = runner.run(
                     f"{name}-loaded", what, chunk, subproc, args.load_repeats, timeout=bound
                 )
+            stage = "alone"
+            after = _alone_run(runner, name, chunk, subproc, bound, "after")
         except BenchError as err:
             logger.error("%s", err)
-            loaded[name] = {"failed": str(err), "bound_s": bound}
+            loaded[name] = {"failed": str(err), "failed_stage": stage, "bound_s": bound}
             continue
         row["load"] = info
+        row["alone"] = {k: (before[k] + after[k]) / 2 for k in ALONE_KEYS}
+        row["alone_runs"] = [{k: r[k] for k in (*ALONE_KEYS, "n_frames")} for r in (before, after)]
         audio[f"{name}-loaded"] = np.load(out)
         loaded[name] = row
         logger.info(
-            "%s under load: total %.2f s (%.2fx), first audio %.0f ms",
+            "%s under load: total %.2f s (%.2fx the mean of %.2f and %.2f s alone around it), "
+            "first audio %.0f ms",
             row_label(name),
             row["total_s"],
-            row["total_s"] / rows[name]["total_s"],
+            row["total_s"] / row["alone"]["total_s"],
+            before["total_s"],
+            after["total_s"],
             1e3 * row["ttfa_s"],
         )
     return loaded
+
+
+# What a loaded row keeps of the runs alone around it.
+ALONE_KEYS = ("total_s", "ttfa_s", "cpu_s", "cores")
+
+
+def _alone_run(
+    runner: RowRunner, name: str, chunk: int, subproc: bool, bound: float, when: str
+) -> dict[str, Any]:
+    """The row alone, with as many syntheses as its loaded run, just `when` (before/after) it."""
+    row, _ = runner.run(
+        f"{name}-alone-{when}",
+        f"engine {row_label(name)} alone, {when} its loaded row",
+        chunk,
+        subproc,
+        runner.args.load_repeats,
+        timeout=bound,
+    )
+    return row
 
 
 def compare_audio(

@@ -29,7 +29,7 @@ TARGETS: dict[str, dict[str, float]] = {
         "stream_ratio": 1.05,  # streaming total / one-shot total
         "rtf": 2.2,
         "peak_rss_mb": 1100.0,
-        "load_slowdown": 2.0,  # beside busy processes / unloaded, in every run
+        "load_slowdown": 2.0,  # beside busy processes / alone around it, in every run
         "clone_ttfa_ms": 250.0,  # a cloned voice's first audio
         "long_ratio": 1.10,  # per-frame cost of a 2-minute synthesis / a sentence's
     },
