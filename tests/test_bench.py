@@ -32,7 +32,6 @@ from kazeia_dev.bench.engine_figures import (
     target_verdicts,
 )
 from kazeia_dev.bench.engine_report import _loaded_lines, _memory_floor_lines, _player_lines
-from kazeia_dev.bench.engine_runs import ALONE_KEYS
 from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
 
 from wyoming_kazeia import _native
@@ -295,11 +294,7 @@ def test_a_loaded_rows_slowdown_is_taken_against_the_runs_alone_around_it() -> N
     # The box slowed down while the row ran: alone 3.0 s before it and 4.0 s after.
     before, after = _engine_row(3.0, 6.0, 3.0), _engine_row(4.0, 8.0, 4.0)
     loaded_row = _engine_row(7.0, 7.7, 7.0)
-    loaded_row.update(
-        load={"cpu_share": 0.5},
-        alone={k: (before[k] + after[k]) / 2 for k in ALONE_KEYS},
-        alone_runs=[before, after],
-    )
+    loaded_row.update(load={"cpu_share": 0.5}, alone_runs=[before, after])
     loaded = {
         "oneshot": loaded_row,
         "stream_k4": {"failed": "timed out", "failed_stage": "alone", "bound_s": 60.0},

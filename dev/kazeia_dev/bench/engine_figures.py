@@ -11,6 +11,9 @@ from wyoming_kazeia._native import testing
 
 from .targets import ENGINE_TARGETS_BY_MODEL, TARGETS
 
+# What a loaded row keeps of the runs alone around it, and of their mean.
+ALONE_KEYS = ("total_s", "ttfa_s", "cpu_s", "cores")
+
 T = TARGETS["engine"]  # this bench's targets (0.6B q8_0; see engine_targets)
 
 Rows = dict[str, dict[str, Any]]
@@ -134,7 +137,9 @@ def add_row_ratios(rows: Rows, loaded: Rows) -> None:
                 row["vs_oneshot"] = row["total_s"] / ok_rows["oneshot"]["total_s"]
     for name, row in loaded.items():
         if "failed" not in row:
-            alone = row["alone"]  # the same row alone, the mean of the runs around it
+            # The same row alone: the mean of its runs just before and just after.
+            runs = row["alone_runs"]
+            alone = row["alone"] = {k: sum(r[k] for r in runs) / len(runs) for k in ALONE_KEYS}
             row["slowdown"] = row["total_s"] / alone["total_s"]
             row["ttfa_slowdown"] = row["ttfa_s"] / alone["ttfa_s"]
             row["slowdown_vs_table"] = row["total_s"] / rows[name]["total_s"]

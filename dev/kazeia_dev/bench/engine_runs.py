@@ -31,6 +31,7 @@ from .common import (
     run_json_child,
 )
 from .competing_load import competing_load, load_bound_s
+from .engine_figures import ALONE_KEYS
 
 # The tokenizer files and config.json the engine reads from its model folder (beside the GGUFs).
 ENGINE_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "config.json")
@@ -308,8 +309,8 @@ def run_loaded_rows(
     audio: dict[str, np.ndarray],
 ) -> dict[str, dict[str, Any]]:
     """The unloaded rows again beside the competing load, each bounded in time and each
-    between two runs of the same row alone with as many syntheses (``alone``: their means,
-    what its slowdown is taken against, so that a drift of the box's own speed cancels); a
+    between two runs of the same row alone with as many syntheses (``alone_runs``: what its
+    slowdown is taken against, their mean, so that a drift of the box's own speed cancels); a
     row that fails says so (``failed``, with ``failed_stage``: ``alone`` or ``loaded``) and
     the others still run. Their audio joins ``audio`` as ``NAME-loaded``."""
     args = runner.args
@@ -332,25 +333,18 @@ def run_loaded_rows(
             loaded[name] = {"failed": str(err), "failed_stage": stage, "bound_s": bound}
             continue
         row["load"] = info
-        row["alone"] = {k: (before[k] + after[k]) / 2 for k in ALONE_KEYS}
         row["alone_runs"] = [{k: r[k] for k in (*ALONE_KEYS, "n_frames")} for r in (before, after)]
         audio[f"{name}-loaded"] = np.load(out)
         loaded[name] = row
         logger.info(
-            "%s under load: total %.2f s (%.2fx the mean of %.2f and %.2f s alone around it), "
-            "first audio %.0f ms",
+            "%s under load: total %.2f s (%.2f and %.2f s alone around it), first audio %.0f ms",
             row_label(name),
             row["total_s"],
-            row["total_s"] / row["alone"]["total_s"],
             before["total_s"],
             after["total_s"],
             1e3 * row["ttfa_s"],
         )
     return loaded
-
-
-# What a loaded row keeps of the runs alone around it.
-ALONE_KEYS = ("total_s", "ttfa_s", "cpu_s", "cores")
 
 
 def _alone_run(
