@@ -68,6 +68,18 @@ inline bool use_avx512() {
     return yes;
 }
 
+// Whether the q8_0 kernels (the GEMM and the dot product over rows) take their AVX-512 VNNI
+// paths: the CPU has AVX-512 VNNI and VL, unless KAZEIA_KERNELS is set to avx2 or portable.
+// Each caller checks first the AVX2 instructions its own path needs besides.
+inline bool avx512_vnni_on_cpu() {
+    static const bool yes = [] {
+        if (env_is("KAZEIA_KERNELS", "portable") || env_is("KAZEIA_KERNELS", "avx2")) return false;
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+    }();
+    return yes;
+}
+
 // Whether this CPU has the AMX-BF16 tiles the decoder's bf16 products would run on, unless
 // KAZEIA_KERNELS is set to avx512, avx2 or portable; asks nothing of the system (use_amx does).
 inline bool amx_on_cpu() {
@@ -103,6 +115,7 @@ inline bool use_amx() {
 // No run-time choice elsewhere: the NEON paths on aarch64, the portable loops on the rest.
 constexpr bool use_avx2() { return false; }
 constexpr bool use_avx512() { return false; }
+constexpr bool avx512_vnni_on_cpu() { return false; }
 constexpr bool amx_on_cpu() { return false; }
 constexpr bool use_amx() { return false; }
 #endif

@@ -73,9 +73,7 @@ Q8DotRows q8_dot_rows() {
     static const Q8DotRows path = []() -> Q8DotRows {
 #if KAZEIA_AVX2
         if (!use_avx2()) return nullptr;
-        if (!env_is("KAZEIA_KERNELS", "avx2") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
-            return x86::q8_dot_rows_vnni;
-        return x86::q8_dot_rows_avx2;
+        return avx512_vnni_on_cpu() ? x86::q8_dot_rows_vnni : x86::q8_dot_rows_avx2;
 #else
         return nullptr;
 #endif

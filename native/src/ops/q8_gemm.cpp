@@ -40,9 +40,7 @@ Path detect_path() {
 #if KAZEIA_AVX2
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) return Path::portable;
-    if (env_is("KAZEIA_KERNELS", "avx2")) return Path::avx2;
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) return Path::vnni;
-    return Path::avx2;
+    return avx512_vnni_on_cpu() ? Path::vnni : Path::avx2;
 #elif KAZEIA_NEON
     return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) ? Path::dotprod : Path::portable;
 #else
