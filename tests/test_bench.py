@@ -31,7 +31,12 @@ from kazeia_dev.bench.engine_figures import (
     memory_floor,
     target_verdicts,
 )
-from kazeia_dev.bench.engine_report import _loaded_lines, _memory_floor_lines, _player_lines
+from kazeia_dev.bench.engine_report import (
+    _loaded_lines,
+    _memory_floor_lines,
+    _player_lines,
+    _verdict,
+)
 from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
 
 from wyoming_kazeia import _native
@@ -279,31 +284,18 @@ def test_a_synthesis_counts_the_cpu_of_its_decoder_child(tiny_model: Path) -> No
     assert metrics["cpu_s"] >= own + BURN_S
 
 
-def _engine_row(total_s: float, cpu_s: float, wall_s: float) -> dict[str, Any]:
+def _engine_row(total_s: float, ttfa_s: float, cpu_s: float, wall_s: float) -> dict[str, Any]:
     return {
-        "decoder_s": 1.0, "total_s": total_s, "rtf": total_s / 3.2, "ttfa_s": total_s / 10,
+        "decoder_s": 1.0, "total_s": total_s, "rtf": total_s / 3.2, "ttfa_s": ttfa_s,
         "cold_ttfa_s": 0.5, "n_chunks": 11, "talker_s": 1.0, "predictor_s": 1.5,
         "peak_rss_mb": 900.0, "decoder_subprocess_peak_rss_mb": 0.0, "engine_peak_rss_mb": 900.0,
-        "n_frames": 40,
-        "cpu_s": cpu_s, "wall_s": wall_s, "cores": cpu_s / wall_s, "row_wall_s": 20.0,
+        "n_frames": 40, "cpu_s": cpu_s, "wall_s": wall_s, "row_wall_s": 20.0,
     }  # fmt: skip
 
 
-def test_a_loaded_rows_slowdown_is_taken_against_the_runs_alone_around_it() -> None:
-    rows = {"oneshot": _engine_row(3.0, 6.0, 3.0), "stream_k4": _engine_row(3.0, 6.0, 3.0)}
-    # The box slowed down while the row ran: alone 3.0 s before it and 4.0 s after.
-    before, after = _engine_row(3.0, 6.0, 3.0), _engine_row(4.0, 8.0, 4.0)
-    loaded_row = _engine_row(7.0, 7.7, 7.0)
-    loaded_row.update(load={"cpu_share": 0.5}, alone_runs=[before, after])
-    loaded = {
-        "oneshot": loaded_row,
-        "stream_k4": {"failed": "timed out", "failed_stage": "alone", "bound_s": 60.0},
-    }
+def _loaded_table(rows: dict[str, Any], loaded: dict[str, Any]) -> tuple[list[str], str]:
+    """The loaded rows' table lines and the summary's verdict on them."""
     add_row_ratios(rows, loaded)
-    assert loaded_row["slowdown"] == pytest.approx(2.0)  # 7.0 / the mean 3.5
-    assert loaded_row["slowdown_vs_table"] == pytest.approx(7.0 / 3.0)
-    assert loaded_row["cores_alone_vs_loaded"] == pytest.approx(2.0 / 1.1)
-    assert loaded_row["cpu_vs_alone"] == pytest.approx(7.7 / 7.0)
     result = {
         "config": {"load": True, "load_procs": 2, "load_kind": "spin", "load_repeats": 3,
                    "frames": 40},
@@ -313,5 +305,59 @@ def test_a_loaded_rows_slowdown_is_taken_against_the_runs_alone_around_it() -> N
     }  # fmt: skip
     table = [line for line in _loaded_lines(result, T) if line.startswith("|")]
     assert len({line.count("|") for line in table}) == 1  # every line has the header's cells
-    assert "| 2.00x (2.00x) | 2.33x | 1.10 (2.00) | 1.82x | 1.100x | 50% |" in table[2]
-    assert "alone run failed: timed out" in table[3] and "MISSED" in table[3]
+    return table[2:], _verdict(result["targets"]["slowdown_ok"])
+
+
+def test_a_loaded_rows_slowdown_is_taken_against_the_runs_alone_around_it() -> None:
+    rows = {name: _engine_row(3.0, 0.1, 6.0, 3.0) for name in ("oneshot", "stream_k4")}
+    # The box slowed down while the row ran: alone 3.0 s before it and 4.0 s after.
+    before = _engine_row(3.0, 0.10, 6.0, 3.2)
+    after = _engine_row(4.0, 0.14, 7.0, 4.4)
+    loaded_row = _engine_row(6.3, 0.30, 7.6, 6.8)
+    loaded_row.update(load={"cpu_share": 0.5}, alone_runs=[before, after])
+    (line,), verdict = _loaded_table(rows, {"stream_k4": loaded_row})
+    assert loaded_row["slowdown"] == pytest.approx(6.3 / 3.5)
+    assert loaded_row["ttfa_slowdown"] == pytest.approx(0.30 / 0.12)
+    assert loaded_row["slowdown_vs_table"] == pytest.approx(6.3 / 3.0)
+    # Cores alone: both runs' mean CPU over their mean wall time; the two factors multiply to
+    # the slowdown of the wall time.
+    assert loaded_row["cores_alone_vs_loaded"] == pytest.approx((6.5 / 3.8) / (7.6 / 6.8))
+    assert loaded_row["cpu_vs_alone"] == pytest.approx(7.6 / 6.5)
+    factors = loaded_row["cores_alone_vs_loaded"] * loaded_row["cpu_vs_alone"]
+    assert factors == pytest.approx(6.8 / 3.8)
+    assert "| 1.80x (2.50x) | 2.10x | 1.12 (1.71) | 1.53x | 1.169x | 50% " in line
+    assert line.endswith("| slowdown <= 2.0x: ok |") and verdict == "ok"
+
+
+def test_a_row_whose_run_alone_failed_claims_no_slowdown_it_did_not_measure() -> None:
+    names = ("oneshot", "stream_k1", "stream_k4", "subprocess")
+    rows = {name: _engine_row(3.0, 0.1, 6.0, 3.0) for name in names}
+    # Only the run alone after it failed: the row stands against the run before it.
+    after_failed = _engine_row(9.0, 0.5, 8.0, 9.0)
+    after_failed.update(
+        load={"cpu_share": 0.5},
+        alone_runs=[_engine_row(4.0, 0.25, 8.0, 4.0)],
+        alone_after_failed="child process failed with exit status 1",
+    )
+    loaded = {
+        "oneshot": {"failed": "no result", "failed_stage": "alone", "timed_out": True,
+                    "bound_s": 60.0},
+        "stream_k1": {"failed": "no result", "failed_stage": "loaded", "timed_out": True,
+                      "bound_s": 60.0},
+        "stream_k4": {"failed": "exit status 1", "failed_stage": "loaded", "timed_out": False,
+                      "bound_s": 60.0},
+        "subprocess": after_failed,
+    }  # fmt: skip
+    (alone, timed_out, crashed, after), verdict = _loaded_table(rows, loaded)
+    assert "alone run failed" in alone and "| - |" in alone
+    assert alone.endswith("| slowdown <= 2.0x: not measured |")
+    # A loaded run killed at its bound took at least the bound: 60 s / the row's 20 s wall.
+    assert "| > 3x (row wall) |" in timed_out and timed_out.endswith("MISSED |")
+    assert "x (row wall)" not in crashed and crashed.endswith("MISSED |")
+    assert after_failed["slowdown"] == pytest.approx(9.0 / 4.0)
+    assert "against the run alone before it only" in after and "| 2.25x (2.00x) |" in after
+    assert after.endswith("MISSED |")
+    assert verdict == (
+        "MISSED (stream k=1, stream k=4, subprocess decoder (k=4)); "
+        "not measured: one-shot (chunk 0)"
+    )

@@ -64,6 +64,10 @@ class BenchError(RuntimeError):
     """A bench could not run (missing input, failed child process)."""
 
 
+class BenchTimeout(BenchError):
+    """A measuring child gave no result within its time and was killed."""
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -312,7 +316,7 @@ def run_json_child(
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired as err:
-        raise BenchError(f"{what}: no result within {timeout:.0f} s (child killed)") from err
+        raise BenchTimeout(f"{what}: no result within {timeout:.0f} s (child killed)") from err
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         raise BenchError(f"{what}: child process failed with exit status {proc.returncode}")

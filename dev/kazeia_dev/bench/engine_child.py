@@ -64,14 +64,13 @@ def _synthesis_run(
     metrics: dict[str, float] = dict(s.metrics.as_dict())
     metrics["wall_s"] = wall
     metrics["cpu_s"] = cpu
-    metrics["cores"] = cpu / wall
     metrics["first_chunk_wall_s"] = arrivals[0][0] if arrivals else float("nan")
     audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
     return metrics, audio, arrivals
 
 
 def _engine_cpu_s() -> float:
-    """CPU seconds of this process's threads and of its children that have ended."""
+    """CPU seconds of this process's threads and of its children that have been waited for."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
 

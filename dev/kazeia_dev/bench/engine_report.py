@@ -11,23 +11,25 @@ from .peers import peer_lines
 
 # What the columns of the tables mean.
 LEGEND = (
-    "decoder / talker / predictor s = the engine's metrics (decoder: time in push/decode, or "
-    "in the kazeia-decoder subprocess with its start and model load); total and TTFA (time "
-    "to the first audio chunk) = the engine's metrics too, from the start of the synthesis "
-    "(the caller's view from the synthesize() call is in --json: wall_s, "
-    "first_chunk_wall_s); RTF = total / audio s; (cold) = the process's first synthesis, "
-    "the warm-up; total vs one-shot = total / total of the "
-    "one-shot row of the same table; slowdown = total (TTFA) under load / the mean of the same "
-    "row run alone just before and just after it, with as many syntheses (vs the unloaded "
-    "table: against that table's row, run minutes earlier); engine cores = the CPU seconds "
-    "of the engine's threads (and of its kazeia-decoder child) over the wall time of the "
-    "synthesize() call; the slowdown is about the product of cores alone / loaded (how much "
-    "less of the cores the engine got beside the competing processes) and engine CPU vs "
-    "alone (CPU seconds per synthesis loaded / alone: what the contention costs in work, and "
-    "any change of the box's speed); both count the pools' polling, which alone keeps idle "
-    "cores busy and loaded gives its turns to the other processes; load CPU "
-    "share = the mean fraction of a CPU each load process got; peak RSS = VmHWM of the "
-    "whole process (+ the peak of the kazeia-decoder subprocess); medians over the runs."
+    "decoder / talker / predictor s = the engine's metrics (decoder: time in push/decode, or in "
+    "the kazeia-decoder subprocess with its start and model load); total and TTFA (time to the "
+    "first audio chunk) = the engine's metrics too, from the start of the synthesis (the caller's "
+    "view from the synthesize() call is in --json: wall_s, first_chunk_wall_s); RTF = total / "
+    "audio s; (cold) = the process's first synthesis, the warm-up; total vs one-shot = total / "
+    "total of the one-shot row of the same table; slowdown = total (TTFA) under load / the mean "
+    "of the same row run alone just before and just after it, with as many syntheses (vs the "
+    "unloaded table: against that table's row, run minutes earlier); engine cores = the CPU "
+    "seconds of the engine's threads (and of its kazeia-decoder child) over the wall time from "
+    "the synthesize() call to the last chunk consumed (wall_s in --json; alone: both runs' mean "
+    "CPU seconds over their mean wall time); cores alone / loaded (how much less of the cores the "
+    "engine got beside the competing processes) times engine CPU vs alone (CPU seconds per "
+    "synthesis loaded / alone: what the contention costs in work, and any change of the box's "
+    "speed) is the slowdown of that wall time, the slowdown column's within a few %; both count "
+    "the pools' polling, which alone keeps idle cores busy and loaded gives its turns to the "
+    "other processes; load CPU share = the mean fraction of a CPU each load process got over the "
+    "whole loaded child (its start, model load and warm-up too, not only the timed syntheses); "
+    "peak RSS = VmHWM of the whole process (+ the peak of the kazeia-decoder subprocess); medians "
+    "over the runs."
 )
 
 
@@ -48,10 +50,15 @@ def engine_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _verdict(flags: dict[str, bool]) -> str:
-    """``ok`` when every flag holds, else ``MISSED`` and the rows that missed."""
-    bad = [row_label(n) for n, good in flags.items() if not good]
-    return "ok" if not bad else f"MISSED ({', '.join(bad)})"
+def _verdict(flags: dict[str, bool | None]) -> str:
+    """``ok`` when every flag holds, else ``MISSED`` and the rows that missed; the rows not
+    measured (None) are named as such."""
+    bad = [row_label(n) for n, good in flags.items() if good is False]
+    unmeasured = [row_label(n) for n, good in flags.items() if good is None]
+    verdict = "ok" if not bad else f"MISSED ({', '.join(bad)})"
+    if unmeasured:
+        verdict += f"; not measured: {', '.join(unmeasured)}"
+    return verdict
 
 
 def _label(name: str, row: dict[str, Any], frames: int) -> str:
@@ -298,27 +305,36 @@ def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, row in result["loaded_rows"].items():
+        verdict = tg["slowdown_ok"][name]
+        target = f"slowdown <= {t['load_slowdown']}x: " + (
+            "not measured" if verdict is None else ok(verdict)
+        )
         if "failed" in row:
             failed = f"{row['failed_stage']} run failed: {row['failed']}"
+            # A loaded run killed at its bound took at least that long; one that failed
+            # otherwise, or a run alone that failed, says nothing of the slowdown.
+            slowdown = "-"
+            if row["failed_stage"] == "loaded" and row["timed_out"]:
+                slowdown = f"> {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall)"
             lines.append(
                 f"| {row_label(name)} | {failed} | - | - | - | - | - | - | - | - "
-                f"| > {row['bound_s'] / rows[name]['row_wall_s']:.0f}x (row wall) "
-                "| - | - | - | - | - "
-                f"| slowdown <= {t['load_slowdown']}x: MISSED |"
+                f"| {slowdown} | - | - | - | - | - | {target} |"
             )
             continue
         share = row["load"].get("cpu_share")
         label = _label(name, row, c["frames"])
         if any(r["n_frames"] != c["frames"] for r in row["alone_runs"]):
             label += " (a run alone gave other frames!)"
+        if "alone_after_failed" in row:
+            label += f" (against the run alone before it only: {row['alone_after_failed']})"
         lines.append(
             f"| {label} {_cells(row)}"
             f"| {row['slowdown']:.2f}x ({row['ttfa_slowdown']:.2f}x) "
             f"| {row['slowdown_vs_table']:.2f}x "
-            f"| {row['cores']:.2f} ({row['alone']['cores']:.2f}) "
+            f"| {row['engine_cores']:.2f} ({row['alone']['cores']:.2f}) "
             f"| {row['cores_alone_vs_loaded']:.2f}x | {row['cpu_vs_alone']:.3f}x "
             f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
-            f"| slowdown <= {t['load_slowdown']}x: {ok(tg['slowdown_ok'][name])} |"
+            f"| {target} |"
         )
     return lines
 

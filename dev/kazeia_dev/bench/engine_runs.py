@@ -23,6 +23,7 @@ from wyoming_kazeia.settings import PARTS
 from .common import (
     CHILD_BOOT,
     BenchError,
+    BenchTimeout,
     ensure_checkpoint,
     ensure_decoder,
     ensure_talker,
@@ -310,9 +311,11 @@ def run_loaded_rows(
 ) -> dict[str, dict[str, Any]]:
     """The unloaded rows again beside the competing load, each bounded in time and each
     between two runs of the same row alone with as many syntheses (``alone_runs``: what its
-    slowdown is taken against, their mean, so that a drift of the box's own speed cancels); a
-    row that fails says so (``failed``, with ``failed_stage``: ``alone`` or ``loaded``) and
-    the others still run. Their audio joins ``audio`` as ``NAME-loaded``."""
+    slowdown is taken against, their mean, so that a drift of the box's own speed cancels). A
+    row whose run alone before it or whose loaded run fails says so (``failed``, with
+    ``failed_stage``: ``alone`` or ``loaded``, and ``timed_out``); where only the run alone
+    after it fails, the row keeps its figures against the run before (``alone_after_failed``).
+    The other rows still run. Their audio joins ``audio`` as ``NAME-loaded``."""
     args = runner.args
     loaded: dict[str, dict[str, Any]] = {}
     for name, chunk, subproc in configs:
@@ -326,22 +329,30 @@ def run_loaded_rows(
                 row, out = runner.run(
                     f"{name}-loaded", what, chunk, subproc, args.load_repeats, timeout=bound
                 )
-            stage = "alone"
-            after = _alone_run(runner, name, chunk, subproc, bound, "after")
         except BenchError as err:
             logger.error("%s", err)
-            loaded[name] = {"failed": str(err), "failed_stage": stage, "bound_s": bound}
+            loaded[name] = {
+                "failed": str(err),
+                "failed_stage": stage,
+                "timed_out": isinstance(err, BenchTimeout),
+                "bound_s": bound,
+            }
             continue
+        runs = [before]
+        try:
+            runs.append(_alone_run(runner, name, chunk, subproc, bound, "after"))
+        except BenchError as err:
+            logger.error("%s", err)
+            row["alone_after_failed"] = str(err)
         row["load"] = info
-        row["alone_runs"] = [{k: r[k] for k in (*ALONE_KEYS, "n_frames")} for r in (before, after)]
+        row["alone_runs"] = [{k: r[k] for k in (*ALONE_KEYS, "n_frames")} for r in runs]
         audio[f"{name}-loaded"] = np.load(out)
         loaded[name] = row
         logger.info(
-            "%s under load: total %.2f s (%.2f and %.2f s alone around it), first audio %.0f ms",
+            "%s under load: total %.2f s (%s s alone around it), first audio %.0f ms",
             row_label(name),
             row["total_s"],
-            before["total_s"],
-            after["total_s"],
+            " and ".join(f"{r['total_s']:.2f}" for r in runs),
             1e3 * row["ttfa_s"],
         )
     return loaded
