@@ -16,7 +16,7 @@ from typing import Any
 
 import gguf
 import pytest
-from kazeia_dev.bench.common import dev_child_env
+from kazeia_dev.bench.common import BenchTimeout, dev_child_env
 from kazeia_dev.bench.decoder import (
     decoder_columns_per_frame,
     decoder_gflop_per_frame,
@@ -37,10 +37,12 @@ from kazeia_dev.bench.engine_report import (
     _player_lines,
     _verdict,
 )
+from kazeia_dev.bench.ideal_program import MAX_UNITS, ideal_figures, ideal_run
 from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
 
 from wyoming_kazeia import _native
 from wyoming_kazeia.pacing import Prebuffer, SpeechRates
+from wyoming_kazeia.settings import usable_cpus
 
 
 @pytest.mark.parametrize("model", ["tiny-0.6b", "tiny-1.7b"])
@@ -293,19 +295,26 @@ def _engine_row(total_s: float, ttfa_s: float, cpu_s: float, wall_s: float) -> d
     }  # fmt: skip
 
 
-def _loaded_table(rows: dict[str, Any], loaded: dict[str, Any]) -> tuple[list[str], str]:
-    """The loaded rows' table lines and the summary's verdict on them."""
-    add_row_ratios(rows, loaded)
-    result = {
+def _loaded_table(
+    rows: dict[str, Any], loaded: dict[str, Any], ideal: dict[str, Any] | None = None
+) -> tuple[list[str], str, list[str]]:
+    """The loaded rows' table lines, the summary's verdict on them, and the lines after the
+    table."""
+    add_row_ratios(rows, loaded, ideal)
+    targets = target_verdicts(T, rows, loaded, {})
+    result: dict[str, Any] = {
         "config": {"load": True, "load_procs": 2, "load_kind": "spin", "load_repeats": 3,
                    "frames": 40},
         "rows": rows,
         "loaded_rows": loaded,
-        "targets": target_verdicts(T, rows, loaded, {}),
+        "ideal_row": ideal,
+        "targets": targets,
     }  # fmt: skip
-    table = [line for line in _loaded_lines(result, T) if line.startswith("|")]
+    lines = _loaded_lines(result, T)
+    table = [line for line in lines if line.startswith("|")]
     assert len({line.count("|") for line in table}) == 1  # every line has the header's cells
-    return table[2:], _verdict(result["targets"]["slowdown_ok"])
+    after = lines[lines.index(table[-1]) + 1 :]
+    return table[2:], _verdict(targets["slowdown_ok"]), after
 
 
 def test_a_loaded_rows_slowdown_is_taken_against_the_runs_alone_around_it() -> None:
@@ -315,7 +324,7 @@ def test_a_loaded_rows_slowdown_is_taken_against_the_runs_alone_around_it() -> N
     after = _engine_row(4.0, 0.14, 7.0, 4.4)
     loaded_row = _engine_row(6.3, 0.30, 7.6, 6.8)
     loaded_row.update(load={"cpu_share": 0.5}, alone_runs=[before, after])
-    (line,), verdict = _loaded_table(rows, {"stream_k4": loaded_row})
+    (line,), verdict, _ = _loaded_table(rows, {"stream_k4": loaded_row})
     assert loaded_row["slowdown"] == pytest.approx(6.3 / 3.5)
     assert loaded_row["ttfa_slowdown"] == pytest.approx(0.30 / 0.12)
     assert loaded_row["slowdown_vs_table"] == pytest.approx(6.3 / 3.0)
@@ -348,7 +357,7 @@ def test_a_row_whose_run_alone_failed_claims_no_slowdown_it_did_not_measure() ->
                       "bound_s": 60.0},
         "subprocess": after_failed,
     }  # fmt: skip
-    (alone, timed_out, crashed, after), verdict = _loaded_table(rows, loaded)
+    (alone, timed_out, crashed, after), verdict, _ = _loaded_table(rows, loaded)
     assert "alone run failed" in alone and "| - |" in alone
     assert alone.endswith("| slowdown <= 2.0x: not measured |")
     # A loaded run killed at its bound took at least the bound: 60 s / the row's 20 s wall.
@@ -361,3 +370,40 @@ def test_a_row_whose_run_alone_failed_claims_no_slowdown_it_did_not_measure() ->
         "MISSED (stream k=1, stream k=4, subprocess decoder (k=4)); "
         "not measured: one-shot (chunk 0)"
     )
+
+
+def test_the_loaded_rows_are_set_against_the_ideal_program_beside_the_same_load() -> None:
+    # Alone 4.0 and 3.6 s on both cores; beside the load 7.6 s on one.
+    runs = {
+        "before": {"wall_s": 4.0, "cpu_s": 8.0},
+        "loaded": {"wall_s": 7.6, "cpu_s": 7.6},
+        "after": {"wall_s": 3.6, "cpu_s": 7.2},
+    }
+    ideal = {**ideal_figures(runs), "runs": runs, "load": {"cpu_share": 0.5}}
+    assert ideal["slowdown"] == pytest.approx(2.0)
+    assert ideal["cores_alone_vs_loaded"] == pytest.approx(2.0)
+    assert ideal["cpu_vs_alone"] == pytest.approx(1.0)
+    rows = {name: _engine_row(3.0, 0.1, 6.0, 3.0) for name in ("oneshot", "stream_k4")}
+    loaded_row = _engine_row(6.0, 0.3, 7.0, 6.6)
+    loaded_row.update(load={"cpu_share": 0.5}, alone_runs=[_engine_row(3.0, 0.1, 6.0, 3.0)])
+    (line, ideal_line), _, after = _loaded_table(rows, {"stream_k4": loaded_row}, ideal)
+    # The engine's wall time slowed down 2.2x where the ideal program's did 2.0x.
+    assert loaded_row["vs_ideal"] == pytest.approx(1.1)
+    assert ideal_line.startswith("| ideal program (")
+    assert "| 7.60 | - |" in ideal_line and "| 2.00x (-) | - | 1.00 (2.00) | 2.00x | 1.000x " in (
+        ideal_line
+    )
+    assert ideal_line.endswith("| 50% | reference |")
+    assert after[-1].endswith("against the ideal program's: stream k=4 1.10x")
+
+
+def test_the_ideal_program_counts_its_own_processes_cpu() -> None:
+    run = ideal_run(20, 60.0)
+    assert 0 < run["cpu_s"] <= 1.1 * usable_cpus() * run["wall_s"]
+
+
+def test_the_ideal_program_is_killed_at_its_deadline() -> None:
+    start = time.monotonic()
+    with pytest.raises(BenchTimeout, match="not done within 1 s"):
+        ideal_run(MAX_UNITS, 1.0)
+    assert time.monotonic() - start < 10.0

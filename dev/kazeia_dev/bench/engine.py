@@ -48,6 +48,7 @@ from .engine_runs import (
     compare_audio,
     ensure_engine_dir,
     row_configs,
+    run_ideal_row,
     run_loaded_rows,
     run_long_row,
     run_placed_row,
@@ -74,8 +75,9 @@ def add_parser(subparsers: Any) -> None:
             "RSS; for each streaming row, a player at real time's underruns as the chunks come "
             "and through the service's prebuffer, and its hold. Then the same rows again "
             "beside --load-procs busy processes (--no-load to skip), each between two runs "
-            "of the same row alone: slowdown loaded / alone. Prints a markdown table (or "
-            "JSON with --json) on stdout."
+            "of the same row alone: slowdown loaded / alone, and last a program that never "
+            "waits (one process per core) beside the same load, for reference. Prints a "
+            "markdown table (or JSON with --json) on stdout."
         ),
     )
     _add_model_options(p)
@@ -247,13 +249,14 @@ def bench_engine(args: argparse.Namespace) -> int:
         voice_rows = run_voice_rows(runner, base_dir, clones)
         peer_rows = vox_rows_beside_ours(args, cache_dir, chunks, rows, env) if args.peers else {}
         loaded = run_loaded_rows(runner, configs, rows, audio) if args.load else {}
+        ideal = run_ideal_row(args) if args.load else None
         compare_audio(rows, loaded, audio)
     machine["loadavg_at_end"] = loadavg()
     bandwidth_threads = min(args.threads, usable_cpus())  # a thread per core reads fastest
     floor = memory_floor(model_dir, bandwidth_threads)
     compute = decoder_compute(model_dir, rows, args.decoder_threads, args.decoder_precision)
 
-    add_row_ratios(rows, loaded)
+    add_row_ratios(rows, loaded, ideal)
     targets = target_verdicts(t, rows, loaded, voice_rows)
     builtin = rows.get(f"stream_k{VOICE_CHUNK}")
     if builtin is not None:
@@ -272,6 +275,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         "decoder_compute": compute,
         "base_model_dir": None if base_dir is None else str(base_dir),
         "loaded_rows": loaded,
+        "ideal_row": ideal,
         "targets": targets,
         "peer_rows": peer_rows,
     }

@@ -128,8 +128,9 @@ def decoder_compute(
     }
 
 
-def add_row_ratios(rows: Rows, loaded: Rows) -> None:
-    """Each row's total against its table's one-shot row, and each loaded row's slowdown."""
+def add_row_ratios(rows: Rows, loaded: Rows, ideal: dict[str, Any] | None = None) -> None:
+    """Each row's total against its table's one-shot row, each loaded row's slowdown, and its
+    wall time's slowdown against the ideal program's (``vs_ideal``) where that one ran."""
     for table in (rows, loaded):
         ok_rows = {n: r for n, r in table.items() if "failed" not in r}
         if "oneshot" in ok_rows:
@@ -152,6 +153,9 @@ def add_row_ratios(rows: Rows, loaded: Rows) -> None:
             row["engine_cores"] = row["cpu_s"] / row["wall_s"]
             row["cores_alone_vs_loaded"] = alone["cores"] / row["engine_cores"]
             row["cpu_vs_alone"] = row["cpu_s"] / alone["cpu_s"]
+            row["wall_slowdown"] = row["wall_s"] / alone["wall_s"]
+            if ideal is not None and "failed" not in ideal:
+                row["vs_ideal"] = row["wall_slowdown"] / ideal["slowdown"]
 
 
 def target_verdicts(

@@ -28,8 +28,12 @@ LEGEND = (
     "the pools' polling, which alone keeps idle cores busy and loaded gives its turns to the "
     "other processes; load CPU share = the mean fraction of a CPU each load process got over the "
     "whole loaded child (its start, model load and warm-up too, not only the timed syntheses); "
-    "peak RSS = VmHWM of the whole process (+ the peak of the kazeia-decoder subprocess); medians "
-    "over the runs."
+    "ideal program = one single-thread process per usable core, sharing a fixed amount of work "
+    "(products of a cache-resident matrix) in small units, never waiting for another: alone, "
+    "beside the same load, alone again; its slowdown is the share of the cores the scheduler "
+    "leaves a program that keeps them all busy alone, with nothing lost to waits; peak RSS = "
+    "VmHWM of the whole process (+ the peak of the kazeia-decoder subprocess); medians over the "
+    "runs."
 )
 
 
@@ -336,6 +340,36 @@ def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
             f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
             f"| {target} |"
         )
+    return lines + _ideal_lines(result)
+
+
+def _ideal_lines(result: dict[str, Any]) -> list[str]:
+    """The ideal program's line of the loaded table, and each loaded row's wall-time slowdown
+    against the ideal program's."""
+    ideal = result.get("ideal_row")
+    if ideal is None:
+        return []
+    if "failed" in ideal:
+        return [f"| ideal program | failed: {ideal['failed']} " + "| - " * 14 + "| reference |"]
+    share = ideal["load"].get("cpu_share")
+    lines = [
+        f"| ideal program ({ideal['processes']} processes that never wait) | - "
+        f"| {ideal['runs']['loaded']['wall_s']:.2f} | - | - | - | - | - | - | - "
+        f"| {ideal['slowdown']:.2f}x (-) | - | {ideal['cores']:.2f} ({ideal['alone_cores']:.2f}) "
+        f"| {ideal['cores_alone_vs_loaded']:.2f}x | {ideal['cpu_vs_alone']:.3f}x "
+        f"| {fmt(None if share is None else 100 * share, '.0f', '%')} | reference |"
+    ]
+    against = [
+        f"{row_label(name)} {row['vs_ideal']:.2f}x"
+        for name, row in result["loaded_rows"].items()
+        if "vs_ideal" in row
+    ]
+    if against:
+        lines += [
+            "",
+            "Each row's slowdown of the wall time (cores alone / loaded x engine CPU vs alone) "
+            "against the ideal program's: " + ", ".join(against),
+        ]
     return lines
 
 

@@ -2,7 +2,8 @@
 
 The unloaded rows (one-shot, streaming with each chunk, the subprocess decoder), the row placed
 on ``--*-backend`` devices, one long synthesis, the cloned voices on the Base model, and the
-unloaded rows again beside a competing load (``competing_load.py``).
+unloaded rows again beside a competing load (``competing_load.py``), and the ideal program beside
+the same load (``ideal_program.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .common import (
 )
 from .competing_load import competing_load, load_bound_s
 from .engine_figures import ALONE_KEYS
+from .ideal_program import IDEAL_ALONE_S, ideal_figures, ideal_run, ideal_units
 
 # The tokenizer files and config.json the engine reads from its model folder (beside the GGUFs).
 ENGINE_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "config.json")
@@ -356,6 +358,23 @@ def run_loaded_rows(
             1e3 * row["ttfa_s"],
         )
     return loaded
+
+
+def run_ideal_row(args: argparse.Namespace) -> dict[str, Any]:
+    """The ideal program (``ideal_program.py``) alone, beside the same competing load as the
+    loaded rows, and alone again: its figures, or ``failed``."""
+    try:
+        units = ideal_units()
+        bound = load_bound_s(IDEAL_ALONE_S)
+        before = ideal_run(units, bound)
+        with competing_load(args.load_procs, args.load_kind, bound) as info:
+            loaded = ideal_run(units, bound)
+        after = ideal_run(units, bound)
+    except BenchError as err:
+        logger.error("%s", err)
+        return {"failed": str(err)}
+    runs = {"before": before, "loaded": loaded, "after": after}
+    return {**ideal_figures(runs), "units": units, "runs": runs, "load": info}
 
 
 def _alone_run(
