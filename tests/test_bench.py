@@ -8,6 +8,7 @@ import argparse
 import math
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -37,7 +38,13 @@ from kazeia_dev.bench.engine_report import (
     _player_lines,
     _verdict,
 )
-from kazeia_dev.bench.ideal_program import MAX_UNITS, ideal_figures, ideal_run
+from kazeia_dev.bench.ideal_program import (
+    IDEAL_PROGRAM,
+    MAX_UNITS,
+    ideal_figures,
+    ideal_run,
+    ideal_units,
+)
 from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
 
 from wyoming_kazeia import _native
@@ -373,33 +380,69 @@ def test_a_row_whose_run_alone_failed_claims_no_slowdown_it_did_not_measure() ->
 
 
 def test_the_loaded_rows_are_set_against_the_ideal_program_beside_the_same_load() -> None:
-    # Alone 4.0 and 3.6 s on both cores; beside the load 7.6 s on one.
+    # Alone 4.0 and 3.6 s on both cores; beside the load 7.6 s on 1.1 cores.
     runs = {
         "before": {"wall_s": 4.0, "cpu_s": 8.0},
-        "loaded": {"wall_s": 7.6, "cpu_s": 7.6},
+        "loaded": {"wall_s": 7.6, "cpu_s": 8.36},
         "after": {"wall_s": 3.6, "cpu_s": 7.2},
     }
     ideal = {**ideal_figures(runs), "runs": runs, "load": {"cpu_share": 0.5}}
     assert ideal["slowdown"] == pytest.approx(2.0)
-    assert ideal["cores_alone_vs_loaded"] == pytest.approx(2.0)
-    assert ideal["cpu_vs_alone"] == pytest.approx(1.0)
+    assert ideal["cores_alone_vs_loaded"] == pytest.approx(2.0 / 1.1)
+    assert ideal["cpu_vs_alone"] == pytest.approx(1.1)
     rows = {name: _engine_row(3.0, 0.1, 6.0, 3.0) for name in ("oneshot", "stream_k4")}
     loaded_row = _engine_row(6.0, 0.3, 7.0, 6.6)
     loaded_row.update(load={"cpu_share": 0.5}, alone_runs=[_engine_row(3.0, 0.1, 6.0, 3.0)])
     (line, ideal_line), _, after = _loaded_table(rows, {"stream_k4": loaded_row}, ideal)
-    # The engine's wall time slowed down 2.2x where the ideal program's did 2.0x.
+    # The engine's wall time slowed down 2.2x where the ideal program's did 2.0x; it kept
+    # 7.0 / 6.6 of its 2 cores, the ideal program 1.1 of 2.
     assert loaded_row["vs_ideal"] == pytest.approx(1.1)
+    assert loaded_row["cores_vs_ideal"] == pytest.approx((2.0 / (7.0 / 6.6)) / (2.0 / 1.1))
     assert ideal_line.startswith("| ideal program (")
-    assert "| 7.60 | - |" in ideal_line and "| 2.00x (-) | - | 1.00 (2.00) | 2.00x | 1.000x " in (
+    assert "| 7.60 | - |" in ideal_line and "| 2.00x (-) | - | 1.10 (2.00) | 1.82x | 1.100x " in (
         ideal_line
     )
     assert ideal_line.endswith("| 50% | reference |")
-    assert after[-1].endswith("against the ideal program's: stream k=4 1.10x")
+    assert after[-1].endswith(
+        "against the ideal program's: stream k=4 2.20x / 2.00x = 1.10x "
+        "(cores alone / loaded 1.89x / 1.82x = 1.04x)"
+    )
 
 
-def test_the_ideal_program_counts_its_own_processes_cpu() -> None:
-    run = ideal_run(20, 60.0)
-    assert 0 < run["cpu_s"] <= 1.1 * usable_cpus() * run["wall_s"]
+def test_a_failed_ideal_program_is_reported_and_sets_no_row_against_it() -> None:
+    rows = {name: _engine_row(3.0, 0.1, 6.0, 3.0) for name in ("oneshot", "stream_k4")}
+    loaded = {"stream_k4": {"failed": "no result", "failed_stage": "alone", "timed_out": True,
+                            "bound_s": 60.0}}  # fmt: skip
+    ideal = {"failed": "the ideal program: not done within 60 s"}
+    (line, ideal_line), verdict, after = _loaded_table(rows, loaded, ideal)
+    assert ideal_line.startswith("| ideal program | failed: the ideal program: not done")
+    assert ideal_line.endswith("| reference |") and after == []
+    # No row measured: the summary claims no "ok".
+    assert verdict == "not measured"
+
+
+def _ideal_processes() -> list[int]:
+    """The live processes of the ideal program that this process started."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and IDEAL_PROGRAM.encode() in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_the_ideal_program_counts_the_cpu_of_all_its_processes() -> None:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = ideal_run(4 * usable_cpus(), 60.0)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Every process it started, and only those, reaped during the run.
+    reaped = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert run["cpu_s"] == pytest.approx(reaped, abs=0.01)
+    assert run["cpu_s"] <= 1.1 * usable_cpus() * run["wall_s"]
 
 
 def test_the_ideal_program_is_killed_at_its_deadline() -> None:
@@ -407,3 +450,11 @@ def test_the_ideal_program_is_killed_at_its_deadline() -> None:
     with pytest.raises(BenchTimeout, match="not done within 1 s"):
         ideal_run(MAX_UNITS, 1.0)
     assert time.monotonic() - start < 10.0
+    assert _ideal_processes() == []
+
+
+def test_the_ideal_program_is_calibrated_to_about_its_time_alone() -> None:
+    units = ideal_units(1.5)
+    wall_s = ideal_run(units, 60.0)["wall_s"]
+    # Loose bounds: the box's speed moves between the calibration and the run.
+    assert 0.5 < wall_s < 4.0

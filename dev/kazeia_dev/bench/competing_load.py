@@ -44,7 +44,7 @@ def load_bound_s(row_wall_s: float) -> float:
     return min(LOAD_MAX_S, max(LOAD_MIN_S, 8.0 * row_wall_s + 30.0))
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """``preexec_fn`` of a load process: SIGKILL when the bench dies (Linux prctl)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -80,7 +80,7 @@ def competing_load(n: int, kind: str, bound_s: float) -> Iterator[dict[str, Any]
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     env=env,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             )
         time.sleep(0.5)  # started and busy before the measured child starts

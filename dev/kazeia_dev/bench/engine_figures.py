@@ -129,8 +129,9 @@ def decoder_compute(
 
 
 def add_row_ratios(rows: Rows, loaded: Rows, ideal: dict[str, Any] | None = None) -> None:
-    """Each row's total against its table's one-shot row, each loaded row's slowdown, and its
-    wall time's slowdown against the ideal program's (``vs_ideal``) where that one ran."""
+    """Each row's total against its table's one-shot row, each loaded row's slowdown, and,
+    where the ideal program ran, its wall time's slowdown and its cores alone / loaded against
+    the ideal program's (``vs_ideal``, ``cores_vs_ideal``)."""
     for table in (rows, loaded):
         ok_rows = {n: r for n, r in table.items() if "failed" not in r}
         if "oneshot" in ok_rows:
@@ -156,6 +157,9 @@ def add_row_ratios(rows: Rows, loaded: Rows, ideal: dict[str, Any] | None = None
             row["wall_slowdown"] = row["wall_s"] / alone["wall_s"]
             if ideal is not None and "failed" not in ideal:
                 row["vs_ideal"] = row["wall_slowdown"] / ideal["slowdown"]
+                row["cores_vs_ideal"] = (
+                    row["cores_alone_vs_loaded"] / ideal["cores_alone_vs_loaded"]
+                )
 
 
 def target_verdicts(

@@ -30,10 +30,13 @@ LEGEND = (
     "whole loaded child (its start, model load and warm-up too, not only the timed syntheses); "
     "ideal program = one single-thread process per usable core, sharing a fixed amount of work "
     "(products of a cache-resident matrix) in small units, never waiting for another: alone, "
-    "beside the same load, alone again; its slowdown is the share of the cores the scheduler "
-    "leaves a program that keeps them all busy alone, with nothing lost to waits; peak RSS = "
-    "VmHWM of the whole process (+ the peak of the kazeia-decoder subprocess); medians over the "
-    "runs."
+    "beside the same load, alone again: its cores alone / loaded is the share of the cores the "
+    "scheduler leaves a program with one thread per core and nothing lost to waits, its slowdown "
+    "that share times what the box's speed did meanwhile (its load CPU share counts the load's "
+    "0.5 s head start over a short run); each row's wall-time slowdown and cores alone / loaded "
+    "against the ideal program's follow the table (--json: wall_slowdown, vs_ideal, "
+    "cores_vs_ideal); peak RSS = VmHWM of the whole process (+ the peak of the kazeia-decoder "
+    "subprocess); medians over the runs."
 )
 
 
@@ -59,6 +62,8 @@ def _verdict(flags: dict[str, bool | None]) -> str:
     measured (None) are named as such."""
     bad = [row_label(n) for n, good in flags.items() if good is False]
     unmeasured = [row_label(n) for n, good in flags.items() if good is None]
+    if len(unmeasured) == len(flags) and flags:
+        return "not measured"
     verdict = "ok" if not bad else f"MISSED ({', '.join(bad)})"
     if unmeasured:
         verdict += f"; not measured: {', '.join(unmeasured)}"
@@ -360,7 +365,9 @@ def _ideal_lines(result: dict[str, Any]) -> list[str]:
         f"| {fmt(None if share is None else 100 * share, '.0f', '%')} | reference |"
     ]
     against = [
-        f"{row_label(name)} {row['vs_ideal']:.2f}x"
+        f"{row_label(name)} {row['wall_slowdown']:.2f}x / {ideal['slowdown']:.2f}x = "
+        f"{row['vs_ideal']:.2f}x (cores alone / loaded {row['cores_alone_vs_loaded']:.2f}x / "
+        f"{ideal['cores_alone_vs_loaded']:.2f}x = {row['cores_vs_ideal']:.2f}x)"
         for name, row in result["loaded_rows"].items()
         if "vs_ideal" in row
     ]
@@ -368,7 +375,7 @@ def _ideal_lines(result: dict[str, Any]) -> list[str]:
         lines += [
             "",
             "Each row's slowdown of the wall time (cores alone / loaded x engine CPU vs alone) "
-            "against the ideal program's: " + ", ".join(against),
+            "against the ideal program's: " + "; ".join(against),
         ]
     return lines
 

@@ -2,10 +2,11 @@
 
 One single-thread process per usable core, sharing a fixed number of work units (each a few
 products of a cache-resident 256x256 matrix) through a pipe, one byte a unit: no process ever
-waits for another, and none is left with more than one unit once the others have run out. Its
-slowdown beside the competing load is the share of the cores the scheduler leaves a program that
-used them all alone, with nothing lost to waits; the engine's loaded rows are set against it in
-the same run."""
+waits for another, and none is left with more than one unit once the others have run out. Run
+alone, beside the competing load and alone again, its cores alone / loaded is the share of the
+cores the scheduler leaves a program with one thread per core and nothing lost to waits, and its
+slowdown that share times what the box's speed did meanwhile; the engine's loaded rows are set
+against both in the same run."""
 
 from __future__ import annotations
 
@@ -18,60 +19,84 @@ from typing import Any
 from wyoming_kazeia.settings import usable_cpus
 
 from .common import BenchError, BenchTimeout, logger
+from .competing_load import die_with_parent
 
-# argv: the pipe's read end, the products per unit.
+# argv: the pipe's read end (a file descriptor), the products per unit.
 IDEAL_PROGRAM = (
     "import os, sys\n"
     "import numpy as np\n"
     "a = np.random.default_rng(0).random((256, 256))\n"
     "b = np.empty_like(a)\n"
-    "units, products = int(sys.argv[1]), int(sys.argv[2])\n"
-    "while os.read(units, 1):\n"
+    "fd, products = int(sys.argv[1]), int(sys.argv[2])\n"
+    "while os.read(fd, 1):\n"
     "    for _ in range(products):\n"
     "        np.matmul(a, a, out=b)\n"
 )
 PRODUCTS_PER_UNIT = 16  # a unit: about 10 ms on a core of today
-MAX_UNITS = 60000  # all written before the processes start: within a pipe's 64 KiB
+# Every unit is written before the processes start, without blocking: a pipe holds 64 KiB, or
+# 4 KiB where the user has too many pipes (the write then falls short and the run says so).
+MAX_UNITS = 60000
 IDEAL_ALONE_S = 4.0  # about how long a run alone takes (calibrated once per bench)
+
+
+def _unit_pipe(units: int) -> int:
+    """The read end of a pipe that holds ``units`` bytes and whose write end is closed."""
+    if not 1 <= units <= MAX_UNITS:
+        raise BenchError(f"the ideal program: {units} units, not within 1..{MAX_UNITS}")
+    read_end, write_end = os.pipe()
+    try:
+        os.set_blocking(write_end, False)
+        written = os.write(write_end, b"u" * units)
+    except OSError as err:
+        os.close(read_end)
+        raise BenchError(f"the ideal program: cannot fill its pipe ({err})") from err
+    finally:
+        os.close(write_end)  # the processes read to its end
+    if written != units:
+        os.close(read_end)
+        raise BenchError(f"the ideal program: its pipe took {written} of {units} units")
+    return read_end
 
 
 def ideal_run(units: int, timeout_s: float) -> dict[str, float]:
     """One run of ``units`` work units: ``wall_s`` until every process has ended, ``cpu_s``
     the CPU seconds of them all (each reaped with its own resource usage, so no other child of
-    the bench counts)."""
-    if not 1 <= units <= MAX_UNITS:
-        raise BenchError(f"the ideal program: {units} units, not within 1..{MAX_UNITS}")
+    the bench counts). Past ``timeout_s`` every process is killed and BenchTimeout raised."""
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = "1"
-    read_end, write_end = os.pipe()
-    try:
-        os.write(write_end, b"u" * units)
-    finally:
-        os.close(write_end)  # the processes read to its end
+    read_end = _unit_pipe(units)
+    argv = [sys.executable, "-c", IDEAL_PROGRAM, str(read_end), str(PRODUCTS_PER_UNIT)]
+    procs: list[subprocess.Popen[bytes]] = []
     start = time.perf_counter()
-    try:
-        args = [str(read_end), str(PRODUCTS_PER_UNIT)]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", IDEAL_PROGRAM, *args], env=env, pass_fds=(read_end,)
-            )
-            for _ in range(usable_cpus())
-        ]
-    finally:
-        os.close(read_end)
     cpu_s = 0.0
     try:
+        try:
+            for _ in range(usable_cpus()):
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        env=env,
+                        pass_fds=(read_end,),
+                        preexec_fn=die_with_parent,
+                    )
+                )
+        except OSError as err:
+            raise BenchError(f"the ideal program: cannot start its processes ({err})") from err
+        finally:
+            os.close(read_end)
         for p in procs:
-            while (time.perf_counter() - start) < timeout_s:
+            while True:
                 pid, status, usage = os.wait4(p.pid, os.WNOHANG)
                 if pid:
                     p.returncode = os.waitstatus_to_exitcode(status)
                     cpu_s += usage.ru_utime + usage.ru_stime
                     break
+                if time.perf_counter() - start >= timeout_s:
+                    raise BenchTimeout(f"the ideal program: not done within {timeout_s:.0f} s")
                 time.sleep(0.005)
-            else:
-                raise BenchTimeout(f"the ideal program: not done within {timeout_s:.0f} s")
             if p.returncode != 0:
                 raise BenchError(f"the ideal program failed with exit status {p.returncode}")
     finally:
@@ -82,13 +107,22 @@ def ideal_run(units: int, timeout_s: float) -> dict[str, float]:
     return {"wall_s": time.perf_counter() - start, "cpu_s": cpu_s}
 
 
-def ideal_units() -> int:
-    """The number of units that keeps every core busy for about IDEAL_ALONE_S alone."""
-    units = 8 * usable_cpus()
+def ideal_units(target_s: float = IDEAL_ALONE_S) -> int:
+    """The number of units that keeps every core busy for about ``target_s`` alone: the cost
+    of a unit from the last two of runs four times larger each, the first at least 1 s, so
+    that the processes' start (Python and numpy) is not counted as work."""
+    units, previous = 8 * usable_cpus(), None
     while True:
         wall_s = ideal_run(units, 60.0)["wall_s"]
-        if wall_s >= 0.5 or units * 4 > MAX_UNITS:
-            return max(1, min(MAX_UNITS, round(units * IDEAL_ALONE_S / wall_s)))
+        if previous is not None and wall_s >= 1.0:
+            per_unit = (wall_s - previous[1]) / (units - previous[0])
+            fixed_s = max(0.0, wall_s - units * per_unit)
+            if per_unit <= 0:  # the box's speed moved more than the work: scale the last run
+                per_unit, fixed_s = wall_s / units, 0.0
+            return max(1, min(MAX_UNITS, round((target_s - fixed_s) / per_unit)))
+        if units * 4 > MAX_UNITS:
+            return MAX_UNITS
+        previous = (units, wall_s)
         units *= 4
 
 
