@@ -44,6 +44,15 @@ def load_bound_s(row_wall_s: float) -> float:
     return min(LOAD_MAX_S, max(LOAD_MIN_S, 8.0 * row_wall_s + 30.0))
 
 
+def single_thread_env() -> dict[str, str]:
+    """This process's environment with numpy's BLAS held to one thread: a single-thread
+    process beside the engine."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = "1"
+    return env
+
+
 def die_with_parent() -> None:
     """``preexec_fn`` of a load process: SIGKILL when the bench dies (Linux prctl)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -66,9 +75,7 @@ def competing_load(n: int, kind: str, bound_s: float) -> Iterator[dict[str, Any]
 
     Each exits by itself after ``bound_s`` seconds; all are killed when the block ends (however
     it ends). The yielded dict receives ``cpu_share``: the mean fraction of a CPU each got."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = "1"
+    env = single_thread_env()
     procs: list[subprocess.Popen[bytes]] = []
     info: dict[str, Any] = {"procs": n, "kind": kind, "bound_s": bound_s}
     start = time.monotonic()

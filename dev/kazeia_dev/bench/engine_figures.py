@@ -145,21 +145,30 @@ def add_row_ratios(rows: Rows, loaded: Rows, ideal: dict[str, Any] | None = None
             row["slowdown"] = row["total_s"] / alone["total_s"]
             row["ttfa_slowdown"] = row["ttfa_s"] / alone["ttfa_s"]
             row["slowdown_vs_table"] = row["total_s"] / rows[name]["total_s"]
-            # The slowdown's two factors, whose product is the slowdown of the caller's wall
-            # time (wall_s): the cores the engine kept busy alone against those it got beside
-            # the competing processes (CPU seconds over wall seconds), and the CPU seconds of
-            # the same synthesis loaded against alone. Both count the pools' polling, which
-            # alone keeps idle cores busy and loaded gives its turns away.
-            alone["cores"] = alone["cpu_s"] / alone["wall_s"]
-            row["engine_cores"] = row["cpu_s"] / row["wall_s"]
-            row["cores_alone_vs_loaded"] = alone["cores"] / row["engine_cores"]
-            row["cpu_vs_alone"] = row["cpu_s"] / alone["cpu_s"]
-            row["wall_slowdown"] = row["wall_s"] / alone["wall_s"]
+            # Both factors count the pools' polling, which alone keeps idle cores busy and
+            # loaded gives its turns away.
+            row.update(load_factors(alone, row))
             if ideal is not None and "failed" not in ideal:
-                row["vs_ideal"] = row["wall_slowdown"] / ideal["slowdown"]
+                row["vs_ideal"] = row["wall_slowdown"] / ideal["wall_slowdown"]
                 row["cores_vs_ideal"] = (
                     row["cores_alone_vs_loaded"] / ideal["cores_alone_vs_loaded"]
                 )
+
+
+def load_factors(alone: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float]:
+    """A run beside the competing load against the same run alone (each with ``wall_s`` and
+    ``cpu_s``): the slowdown of its wall time and its two factors, whose product it is: the
+    cores it kept busy alone against those it got loaded (CPU seconds over wall seconds), and
+    its CPU seconds loaded against alone."""
+    alone_cores = alone["cpu_s"] / alone["wall_s"]
+    cores = loaded["cpu_s"] / loaded["wall_s"]
+    return {
+        "wall_slowdown": loaded["wall_s"] / alone["wall_s"],
+        "cores": cores,
+        "alone_cores": alone_cores,
+        "cores_alone_vs_loaded": alone_cores / cores,
+        "cpu_vs_alone": loaded["cpu_s"] / alone["cpu_s"],
+    }
 
 
 def target_verdicts(

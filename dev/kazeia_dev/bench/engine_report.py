@@ -330,7 +330,6 @@ def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
                 f"| {slowdown} | - | - | - | - | - | {target} |"
             )
             continue
-        share = row["load"].get("cpu_share")
         label = _label(name, row, c["frames"])
         if any(r["n_frames"] != c["frames"] for r in row["alone_runs"]):
             label += " (a run alone gave other frames!)"
@@ -340,12 +339,18 @@ def _loaded_lines(result: dict[str, Any], t: dict[str, float]) -> list[str]:
             f"| {label} {_cells(row)}"
             f"| {row['slowdown']:.2f}x ({row['ttfa_slowdown']:.2f}x) "
             f"| {row['slowdown_vs_table']:.2f}x "
-            f"| {row['engine_cores']:.2f} ({row['alone']['cores']:.2f}) "
+            f"| {row['cores']:.2f} ({row['alone_cores']:.2f}) "
             f"| {row['cores_alone_vs_loaded']:.2f}x | {row['cpu_vs_alone']:.3f}x "
-            f"| {fmt(None if share is None else 100 * share, '.0f', '%')} "
+            f"| {_load_share(row)} "
             f"| {target} |"
         )
     return lines + _ideal_lines(result)
+
+
+def _load_share(row: dict[str, Any]) -> str:
+    """The mean share of a CPU each competing-load process got beside ``row``."""
+    share = row["load"].get("cpu_share")
+    return fmt(None if share is None else 100 * share, ".0f", "%")
 
 
 def _ideal_lines(result: dict[str, Any]) -> list[str]:
@@ -356,16 +361,16 @@ def _ideal_lines(result: dict[str, Any]) -> list[str]:
         return []
     if "failed" in ideal:
         return [f"| ideal program | failed: {ideal['failed']} " + "| - " * 14 + "| reference |"]
-    share = ideal["load"].get("cpu_share")
     lines = [
         f"| ideal program ({ideal['processes']} processes that never wait) | - "
         f"| {ideal['runs']['loaded']['wall_s']:.2f} | - | - | - | - | - | - | - "
-        f"| {ideal['slowdown']:.2f}x (-) | - | {ideal['cores']:.2f} ({ideal['alone_cores']:.2f}) "
+        f"| {ideal['wall_slowdown']:.2f}x (-) | - "
+        f"| {ideal['cores']:.2f} ({ideal['alone_cores']:.2f}) "
         f"| {ideal['cores_alone_vs_loaded']:.2f}x | {ideal['cpu_vs_alone']:.3f}x "
-        f"| {fmt(None if share is None else 100 * share, '.0f', '%')} | reference |"
+        f"| {_load_share(ideal)} | reference |"
     ]
     against = [
-        f"{row_label(name)} {row['wall_slowdown']:.2f}x / {ideal['slowdown']:.2f}x = "
+        f"{row_label(name)} {row['wall_slowdown']:.2f}x / {ideal['wall_slowdown']:.2f}x = "
         f"{row['vs_ideal']:.2f}x (cores alone / loaded {row['cores_alone_vs_loaded']:.2f}x / "
         f"{ideal['cores_alone_vs_loaded']:.2f}x = {row['cores_vs_ideal']:.2f}x)"
         for name, row in result["loaded_rows"].items()

@@ -19,7 +19,8 @@ from typing import Any
 from wyoming_kazeia.settings import usable_cpus
 
 from .common import BenchError, BenchTimeout, logger
-from .competing_load import die_with_parent
+from .competing_load import die_with_parent, single_thread_env
+from .engine_figures import load_factors
 
 # argv: the pipe's read end (a file descriptor), the products per unit.
 IDEAL_PROGRAM = (
@@ -62,9 +63,7 @@ def ideal_run(units: int, timeout_s: float) -> dict[str, float]:
     """One run of ``units`` work units: ``wall_s`` until every process has ended, ``cpu_s``
     the CPU seconds of them all (each reaped with its own resource usage, so no other child of
     the bench counts). Past ``timeout_s`` every process is killed and BenchTimeout raised."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = "1"
+    env = single_thread_env()
     read_end = _unit_pipe(units)
     argv = [sys.executable, "-c", IDEAL_PROGRAM, str(read_end), str(PRODUCTS_PER_UNIT)]
     procs: list[subprocess.Popen[bytes]] = []
@@ -127,25 +126,15 @@ def ideal_units(target_s: float = IDEAL_ALONE_S) -> int:
 
 
 def ideal_figures(runs: dict[str, Any]) -> dict[str, Any]:
-    """The ideal program's figures from its runs ``before``, ``loaded`` and ``after``: the
-    slowdown against the mean of the runs alone, and its two factors (as the engine rows')."""
+    """The ideal program's figures from its runs ``before``, ``loaded`` and ``after``: against
+    the mean of the runs alone, as the engine's loaded rows (load_factors)."""
     alone = {k: (runs["before"][k] + runs["after"][k]) / 2 for k in ("wall_s", "cpu_s")}
-    loaded = runs["loaded"]
-    alone_cores = alone["cpu_s"] / alone["wall_s"]
-    cores = loaded["cpu_s"] / loaded["wall_s"]
-    figures = {
-        "processes": usable_cpus(),
-        "slowdown": loaded["wall_s"] / alone["wall_s"],
-        "cores": cores,
-        "alone_cores": alone_cores,
-        "cores_alone_vs_loaded": alone_cores / cores,
-        "cpu_vs_alone": loaded["cpu_s"] / alone["cpu_s"],
-    }
+    figures = {"processes": usable_cpus(), **load_factors(alone, runs["loaded"])}
     logger.info(
         "ideal program: %.2f s loaded, %.2f and %.2f s alone around it: slowdown %.2fx",
-        loaded["wall_s"],
+        runs["loaded"]["wall_s"],
         runs["before"]["wall_s"],
         runs["after"]["wall_s"],
-        figures["slowdown"],
+        figures["wall_slowdown"],
     )
     return figures
