@@ -44,17 +44,27 @@ def load_bound_s(row_wall_s: float) -> float:
     return min(LOAD_MAX_S, max(LOAD_MIN_S, 8.0 * row_wall_s + 30.0))
 
 
-def single_thread_env() -> dict[str, str]:
-    """This process's environment with numpy's BLAS held to one thread: a single-thread
-    process beside the engine."""
+def start_single_thread(
+    program: str, *args: str, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """``python -c PROGRAM ARGS...`` as a single-thread process beside the engine (numpy's BLAS
+    held to one thread), without stdin or stdout, killed when the bench dies."""
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = "1"
-    return env
+    return subprocess.Popen(
+        [sys.executable, "-c", program, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        env=env,
+        pass_fds=pass_fds,
+        preexec_fn=_die_with_parent,
+    )
 
 
-def die_with_parent() -> None:
-    """``preexec_fn`` of a load process: SIGKILL when the bench dies (Linux prctl)."""
+def _die_with_parent() -> None:
+    """``preexec_fn`` of a process beside the engine: SIGKILL when the bench dies (Linux
+    prctl)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -75,21 +85,12 @@ def competing_load(n: int, kind: str, bound_s: float) -> Iterator[dict[str, Any]
 
     Each exits by itself after ``bound_s`` seconds; all are killed when the block ends (however
     it ends). The yielded dict receives ``cpu_share``: the mean fraction of a CPU each got."""
-    env = single_thread_env()
     procs: list[subprocess.Popen[bytes]] = []
     info: dict[str, Any] = {"procs": n, "kind": kind, "bound_s": bound_s}
     start = time.monotonic()
     try:
         for _ in range(n):
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", LOAD_PROGRAMS[kind], f"{bound_s:.0f}"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    env=env,
-                    preexec_fn=die_with_parent,
-                )
-            )
+            procs.append(start_single_thread(LOAD_PROGRAMS[kind], f"{bound_s:.0f}"))
         time.sleep(0.5)  # started and busy before the measured child starts
         if any(p.poll() is not None for p in procs):
             raise BenchError("a competing-load process exited at once")

@@ -141,7 +141,7 @@ def add_row_ratios(rows: Rows, loaded: Rows, ideal: dict[str, Any] | None = None
         if "failed" not in row:
             # The same row alone: the mean of its runs just before and just after.
             runs = row["alone_runs"]
-            alone = row["alone"] = {k: sum(r[k] for r in runs) / len(runs) for k in ALONE_KEYS}
+            alone = row["alone"] = mean_of(runs, ALONE_KEYS)
             row["slowdown"] = row["total_s"] / alone["total_s"]
             row["ttfa_slowdown"] = row["ttfa_s"] / alone["ttfa_s"]
             row["slowdown_vs_table"] = row["total_s"] / rows[name]["total_s"]
@@ -153,6 +153,12 @@ def add_row_ratios(rows: Rows, loaded: Rows, ideal: dict[str, Any] | None = None
                 row["cores_vs_ideal"] = (
                     row["cores_alone_vs_loaded"] / ideal["cores_alone_vs_loaded"]
                 )
+
+
+def mean_of(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, float]:
+    """The mean of each of ``keys`` over ``runs``: a loaded run's baseline from the runs alone
+    around it."""
+    return {k: sum(r[k] for r in runs) / len(runs) for k in keys}
 
 
 def load_factors(alone: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float]:

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
 from wyoming_kazeia.settings import usable_cpus
 
 from .common import BenchError, BenchTimeout, logger
-from .competing_load import die_with_parent, single_thread_env
-from .engine_figures import load_factors
+from .competing_load import start_single_thread
+from .engine_figures import load_factors, mean_of
 
 # argv: the pipe's read end (a file descriptor), the products per unit.
 IDEAL_PROGRAM = (
@@ -63,9 +62,7 @@ def ideal_run(units: int, timeout_s: float) -> dict[str, float]:
     """One run of ``units`` work units: ``wall_s`` until every process has ended, ``cpu_s``
     the CPU seconds of them all (each reaped with its own resource usage, so no other child of
     the bench counts). Past ``timeout_s`` every process is killed and BenchTimeout raised."""
-    env = single_thread_env()
     read_end = _unit_pipe(units)
-    argv = [sys.executable, "-c", IDEAL_PROGRAM, str(read_end), str(PRODUCTS_PER_UNIT)]
     procs: list[subprocess.Popen[bytes]] = []
     start = time.perf_counter()
     cpu_s = 0.0
@@ -73,13 +70,8 @@ def ideal_run(units: int, timeout_s: float) -> dict[str, float]:
         try:
             for _ in range(usable_cpus()):
                 procs.append(
-                    subprocess.Popen(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        env=env,
-                        pass_fds=(read_end,),
-                        preexec_fn=die_with_parent,
+                    start_single_thread(
+                        IDEAL_PROGRAM, str(read_end), str(PRODUCTS_PER_UNIT), pass_fds=(read_end,)
                     )
                 )
         except OSError as err:
@@ -128,7 +120,7 @@ def ideal_units(target_s: float = IDEAL_ALONE_S) -> int:
 def ideal_figures(runs: dict[str, Any]) -> dict[str, Any]:
     """The ideal program's figures from its runs ``before``, ``loaded`` and ``after``: against
     the mean of the runs alone, as the engine's loaded rows (load_factors)."""
-    alone = {k: (runs["before"][k] + runs["after"][k]) / 2 for k in ("wall_s", "cpu_s")}
+    alone = mean_of([runs["before"], runs["after"]], ("wall_s", "cpu_s"))
     figures = {"processes": usable_cpus(), **load_factors(alone, runs["loaded"])}
     logger.info(
         "ideal program: %.2f s loaded, %.2f and %.2f s alone around it: slowdown %.2fx",
