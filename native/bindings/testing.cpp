@@ -489,6 +489,8 @@ void def_testing(py::module_ &m) {
           "per row and column; panels=True: W kept as the GEMM's panels, as the code predictor's "
           "matrices are): dict(y [n, M], w and x dequantized, seconds: median of repeats).");
     m.attr("Q8_GEMM_ISA") = q8_gemm_isa();
+    m.def("last_level_cache_bytes", &last_level_cache_bytes,
+          "The L3 cache size the q8_0 panels' choice reads (sysfs, else glibc; 0: unknown).");
     m.def("joined_rows", &joined_rows, py::arg("a_as_panels"),
           "DeviceCopies::joined on CPU copies of small matrices a..g (see testing.cpp): "
           "[(group, rows of the joined matrix or 0 where refused)].");

@@ -41,6 +41,10 @@ void q8_gemm(const void *w, int64_t w_row_bytes, int64_t M, int64_t K, const voi
 // vector path exists; benches and tests compare them).
 bool q8_keeps_panels(int64_t bytes);
 
+// The bytes of the L3 cache the first CPU uses, as the kernel reports it (sysfs), else as glibc
+// does; 0 where neither says.
+int64_t last_level_cache_bytes();
+
 // The bytes of a matrix of M rows of K / 32 q8_0 blocks (M % Q8_GEMM_ROWS == 0), contiguous,
 // written to `out` as its panels, each in the bytes its rows took (the panel's words, then its
 // scales): for q8_gemm_packed, on this CPU's path.

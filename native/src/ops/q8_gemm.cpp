@@ -135,28 +135,6 @@ void unpack_columns(const void *x, int64_t n, int64_t K, Q8Columns &cols) {
     }
 }
 
-// The bytes of the CPU's last-level (L3) cache as the system reports it (glibc from CPUID, or
-// the kernel's sysfs: aarch64), once; 0 where it does not say.
-int64_t last_level_cache_bytes() {
-    static const int64_t bytes = [] {
-#if defined(__linux__)
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-        const long size = sysconf(_SC_LEVEL3_CACHE_SIZE);
-        if (size > 0) return (int64_t)size;
-#endif
-        std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
-        int64_t value = 0;
-        char unit = 0;
-        if (in >> value) {
-            in >> unit;
-            return value * (unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1);
-        }
-#endif
-        return (int64_t)0;
-    }();
-    return bytes;
-}
-
 // Below this many columns the repacking costs more than the dot products it speeds up (on
 // the talker's matrices).
 constexpr int64_t MIN_COLUMNS = 8;
@@ -169,6 +147,30 @@ constexpr int64_t panel_bytes(int64_t nb) { return R * nb * (int64_t)sizeof(Q8Bl
 constexpr int64_t scales_at(int64_t nb) { return nb * Q8_GROUPS * R * (int64_t)sizeof(uint32_t); }
 
 }  // namespace
+
+// The bytes of the L3 cache the first CPU uses, as the kernel reports it (sysfs: one cache
+// instance, the one its CPUs share), else as glibc does (from CPUID), once; 0 where neither
+// says. sysfs first: glibc 2.36 reads AMD's L3 from CPUID leaf 0x80000006, which on a 2-vCPU
+// EPYC guest gave 320 MB, where leaf 0x8000001D (the kernel's) gives the 32 MB its vCPUs share.
+int64_t last_level_cache_bytes() {
+    static const int64_t bytes = [] {
+#if defined(__linux__)
+        std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+        int64_t value = 0;
+        char unit = 0;
+        if (in >> value) {
+            in >> unit;
+            return value * (unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1);
+        }
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+        const long size = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        if (size > 0) return (int64_t)size;
+#endif
+#endif
+        return (int64_t)0;
+    }();
+    return bytes;
+}
 
 bool q8_gemm_pays(int64_t n) { return path() != Path::portable && n >= MIN_COLUMNS; }
 
