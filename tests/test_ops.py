@@ -617,8 +617,8 @@ L3_OF_CPU0 = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
 @pytest.mark.skipif(not L3_OF_CPU0.exists(), reason="the kernel reports no L3 cache here")
 def test_the_panels_choice_reads_the_l3_cache_the_kernel_reports() -> None:
     """The size of the L3 cache that decides whether the code predictor keeps panels is the one
-    the first CPU uses as the kernel reports it, not glibc's figure (on AMD the processor's
-    whole L3: 320 MB where two vCPUs share 32 MB of it)."""
+    the first CPU uses as the kernel reports it, not glibc's figure (from a CPUID leaf that gave
+    320 MB on a 2-vCPU AMD EPYC guest whose vCPUs share a 32 MB L3)."""
     text = L3_OF_CPU0.read_text().strip()
     units = {"K": 1024, "M": 1024 * 1024}
     expected = int(text.rstrip("KM")) * units.get(text[-1], 1)
