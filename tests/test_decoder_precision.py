@@ -1,7 +1,7 @@
 """The decoder's bf16 products (decoder_precision bf16): their error against f32, exact streams,
-every path (AMX, AVX-512, AVX2, portable) within that error, and the setting through the
-kazeia-decoder process and its errors; the f32 decoder's memory for the weights it transforms or
-widens."""
+every path (AMX, AVX-512 BF16, AVX-512, AVX2, portable) within that error, and the setting
+through the kazeia-decoder process and its errors; the f32 decoder's memory for the weights it
+transforms or widens."""
 
 from __future__ import annotations
 
@@ -24,20 +24,27 @@ from wyoming_kazeia.native import SpeechDecoder
 CLI = str(Path(sys.executable).parent / "kazeia-decoder")
 
 
-def bf16_path() -> str:
-    """Where this CPU runs the bf16 products: AMX where it has AMX-BF16 (Linux grants the tile
-    registers to every process that asks), else the decoder GEMM's vector path."""
-    flags = set(Path("/proc/cpuinfo").read_text().split())
+def bf16_path(forced: str = "") -> str:
+    """Where this CPU runs the bf16 products (with KAZEIA_KERNELS=forced): AMX where it has
+    AMX-BF16 (Linux grants the tile registers to every process that asks), else AVX-512 BF16's
+    pair dot products on an AMD CPU with those (or forced: avx512bf16), else the decoder GEMM's
+    vector path."""
+    flags = set(Path("/proc/cpuinfo").read_text().split())  # vendor_id's value among them
     if platform.machine() != "x86_64":
         return "NEON" if platform.machine() == "aarch64" else "portable"
-    if not {"avx2", "fma", "f16c"} <= flags:
+    if not {"avx2", "fma", "f16c"} <= flags or forced == "portable":
         return "portable"
-    if "avx512f" not in flags:
+    if "avx512f" not in flags or forced == "avx2":
         return "AVX2"
-    return "AMX" if {"amx_bf16", "amx_tile"} <= flags else "AVX-512"
+    if {"amx_bf16", "amx_tile"} <= flags and not forced:
+        return "AMX"
+    amd = bool({"AuthenticAMD", "HygonGenuine"} & flags)
+    if "avx512_bf16" in flags and (forced == "avx512bf16" or (amd and not forced)):
+        return "AVX-512 BF16"
+    return "AVX-512"
 
 
-def test_bf16_runs_on_amx_where_the_cpu_has_it() -> None:
+def test_bf16_runs_on_amx_or_avx512_bf16_where_the_cpu_has_them() -> None:
     if os.environ.get("KAZEIA_KERNELS"):
         pytest.skip("KAZEIA_KERNELS is set in this environment")
     assert native.decoder_bf16_isa() == bf16_path()
@@ -100,6 +107,7 @@ for i, (m, n_in, taps, dilation, cols) in enumerate(shapes):
     out[f"f32_{i}"] = testing.conv_gemm(w, x, taps, dilation, "f32")
     for threads in (1, 3):
         out[f"bf16_{i}_{threads}"] = testing.conv_gemm(w, x, taps, dilation, "bf16", threads)
+    out[f"first_{i}"] = testing.conv_gemm(w, x[: 1 + (taps - 1) * dilation], taps, dilation, "bf16")
 np.savez(sys.argv[1], **out)
 """
 
@@ -128,23 +136,22 @@ def conv(w: np.ndarray, x: np.ndarray, taps: int, dilation: int) -> np.ndarray:
     )
 
 
-@pytest.mark.parametrize("forced", ["", "avx512", "avx2", "portable"])
+@pytest.mark.parametrize("forced", ["", "avx512bf16", "avx512", "avx2", "portable"])
 def test_every_bf16_path_multiplies_bf16_values_and_sums_in_f32(
     tmp_path: Path, forced: str
 ) -> None:
     """Each path's GEMM against float64 numpy on the same bf16-rounded weights and inputs: the
     products of two bf16 values are exact in f32, so only the f32 sums differ, within
     sqrt(K) * 2^-24 * sum |w x| (measured at most 0.05 of that bound on AMX, AVX2 and the
-    portable loops). Skipping the rounding of the inputs (or of the weights) would be 190-2500
-    times that bound away: the f32 GEMM is checked to be, which shows the test can tell."""
+    portable loops, 0.13 on AVX-512 BF16). Skipping the rounding of the inputs (or of the
+    weights) would be 190-2500 times that bound away: the f32 GEMM is checked to be, which shows
+    the test can tell. Each shape's first column alone has the bits it has in the whole product:
+    every output is one chain whatever the columns around it, so a streamed frame gets a full
+    decode's bits."""
     shapes = ["x".join(map(str, s)) for s in CONV_SHAPES]
     got = run_fresh(CONV_PATHS, tmp_path / "conv.npz", shapes, {"KAZEIA_KERNELS": forced})
-    if not forced and not os.environ.get("KAZEIA_KERNELS"):
-        assert str(got["isa"]) == bf16_path()
-    elif forced == "portable":
-        assert str(got["isa"]) == "portable"
-    elif bf16_path() in ("AMX", "AVX-512"):
-        assert str(got["isa"]) == {"avx512": "AVX-512", "avx2": "AVX2"}[forced]
+    if forced or not os.environ.get("KAZEIA_KERNELS"):
+        assert str(got["isa"]) == bf16_path(forced)
     for i, (_, n_in, taps, dilation, _) in enumerate(CONV_SHAPES):
         w, x = got[f"w{i}"], got[f"x{i}"]
         expected = conv(bf16(w), bf16(x), taps, dilation)
@@ -153,6 +160,7 @@ def test_every_bf16_path_multiplies_bf16_values_and_sums_in_f32(
         )
         for threads in (1, 3):
             assert np.all(np.abs(got[f"bf16_{i}_{threads}"] - expected) <= bound), (i, threads)
+        assert np.array_equal(got[f"first_{i}"][0], got[f"bf16_{i}_1"][0]), i
         assert np.abs(got[f"f32_{i}"] - expected).max() > 100 * bound.max(), i
 
 
@@ -231,7 +239,8 @@ def test_bf16_streams_give_the_samples_of_a_full_bf16_decode(
 def test_every_bf16_decoder_path_stays_within_the_bf16_error(
     decoder_gguf: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The CPU's own path (AMX where it has it), AVX2 and the portable loops multiply the same
+    """The CPU's own path (AMX or AVX-512 BF16 where it has them), AVX-512 BF16 with AMX set
+    aside, AVX-512, AVX2 and the portable loops multiply the same
     bf16 weights and sum in f32, in other orders. A sum a rounding apart can round the next
     layer's input to the neighbouring bf16 value, so the paths do not agree to f32's rounding:
     each stays as far from f32 as the others (measured 23.0 dB on this model for all three) and
@@ -241,11 +250,11 @@ def test_every_bf16_decoder_path_stays_within_the_bf16_error(
     model = decoder_gguf["tiny-0.6b"]
     runs = {
         forced: decode_with_kernels(forced, model, codes, tmp_path, precision="bf16")
-        for forced in ("", "avx512", "avx2", "portable")
+        for forced in ("", "avx512bf16", "avx512", "avx2", "portable")
     }
-    if platform.machine() == "x86_64" and not os.environ.get("KAZEIA_KERNELS"):
-        assert str(runs[""]["bf16_isa"]) == bf16_path()
-    assert str(runs["portable"]["bf16_isa"]) == "portable"
+    for forced, got in runs.items():
+        if forced or not os.environ.get("KAZEIA_KERNELS"):
+            assert str(got["bf16_isa"]) == bf16_path(forced), forced
     f32 = SpeechDecoder(str(model), threads=2).decode(codes)
     for forced, got in runs.items():
         assert np.array_equal(got["streamed"], got["full"]), forced

@@ -19,8 +19,9 @@ class DecoderStream;
 // How the decoder's convolutions and linear layers multiply on the CPU. F32: in f32 (f16
 // weights widened), the official model's arithmetic. BF16: weights and inputs rounded to bf16,
 // products summed in f32: on AMX tiles where the CPU has AMX-BF16 (several times the f32 rate),
-// elsewhere on the vector units (the same values; sums in another order, so outputs differ
-// from AMX's within rounding). Streams stay exact either way. A GPU decoder ignores it.
+// with AVX512_BF16's pair dot products on AMD CPUs that have them, elsewhere on the vector units
+// (the same values; sums in another order, so outputs differ from AMX's within rounding).
+// Streams stay exact either way. A GPU decoder ignores it.
 enum class DecoderPrecision { F32, BF16 };
 // Their names, in the enum's order ("f32", "bf16"), and a name's value (InputError listing them
 // otherwise).
@@ -96,8 +97,8 @@ DecoderHParams read_decoder_hparams(const std::string &path);
 // (start banners).
 const char *kernel_isa();
 
-// Where DecoderPrecision::BF16's products run on this CPU: "AMX", else the vector or portable
-// loops (start banners).
+// Where DecoderPrecision::BF16's products run on this CPU: "AMX", "AVX-512 BF16", else the
+// vector or portable loops (start banners).
 const char *decoder_bf16_isa();
 
 // Whether this CPU has the AMX-BF16 tiles DecoderPrecision::BF16's products would run on,

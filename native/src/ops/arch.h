@@ -69,6 +69,12 @@ KAZEIA_AMX_FN void amx_bf16_tiles(int64_t na, int64_t ng, const uint16_t *a, int
                                   int64_t tap_offset, const uint16_t *b, int64_t group_stride,
                                   int64_t k_tiles,
                                   float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE]);
+// The same sums on AVX-512 BF16 (x86/conv_gemm_bf16.cpp) for the first `cols` columns
+// (1..AMX_MAX_TILES * AMX_TILE; the others' sums are left as they were), from the same layouts.
+KAZEIA_AVX512_BF16_FN void avx512_bf16_pairs(
+    int64_t cols, int64_t ng, const uint16_t *a, int64_t in, int64_t tap_offset, const uint16_t *b,
+    int64_t group_stride, int64_t k_tiles,
+    float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE]);
 
 // The attention (x86/attention.cpp): attention_row compiled for AVX2/FMA.
 KAZEIA_AVX2_FN void attention_row_avx2(const AttentionRow &a, int64_t t);

@@ -37,10 +37,11 @@ inline float to_f32(float v) { return v; }
 inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
 inline float to_f32(ggml_bf16_t v) { return ggml_bf16_to_fp32(v); }
 
-// The bf16 products run on AMX where the CPU has it and the input width is whole K tiles
-// (every conv of the full-size decoders); their weights are then packed in AMX's tile layout
-// (pack_bf16), the others' in bf16 panels for the vector or portable loops.
-bool amx_layout(int64_t in) { return use_amx() && in % AMX_K == 0; }
+// The bf16 products run on AMX where the CPU has it, else on AVX-512 BF16 where it has that,
+// when the input width is whole K tiles (every conv of the full-size decoders); their weights
+// are then packed in AMX's tile layout (pack_bf16), which both read, the others' in bf16 panels
+// for the vector or portable loops.
+bool pairs_layout(int64_t in) { return (use_amx() || avx512_bf16_on_cpu()) && in % AMX_K == 0; }
 
 // acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns: the
 // loops a CPU without a vector path runs.
@@ -222,16 +223,16 @@ void conv_gemm_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) 
     run_tasks(p->pool, ith, nth, n_tasks, block);
 }
 
-// The bf16 products on AMX: a task is one block of NC output columns times a range of output
-// channel groups (pairs of AMX_TILE channels), split as conv_gemm_run splits its panels. The
-// block's input columns are rounded to bf16 by the task, or, where a block is split among
-// several tasks (short inputs: a streamed frame's layers) and a pool runs them, once by the
-// whole pool before the products: at a few hundred products per input value, converting it
-// once per task would cost more than the products themselves. Each call of the AMX kernel then
-// takes 32 columns (two A tiles) by 2 groups through all of K, so that every output is one
-// chain of tile products in K order, whatever the number of columns around it: a streamed
-// frame gets the bits of a full decode.
-void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
+// The bf16 products on AMX or AVX-512 BF16: a task is one block of NC output columns times a
+// range of output channel groups (pairs of AMX_TILE channels), split as conv_gemm_run splits its
+// panels. The block's input columns are rounded to bf16 by the task, or, where a block is split
+// among several tasks (short inputs: a streamed frame's layers) and a pool runs them, once by
+// the whole pool before the products: at a few hundred products per input value, converting it
+// once per task would cost more than the products themselves. Each call of the kernel then
+// takes up to 32 columns (two A tiles) by 2 groups through all of K, so that every output is one
+// chain of products in K order, whatever the number of columns around it: a streamed frame gets
+// the bits of a full decode.
+void conv_gemm_pairs_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams *p) {
 #if KAZEIA_AVX2
     const ConvOperands o(dst);
     const int64_t in = o.in, out = o.out, len = o.len, x_cols = o.x->ne[1];
@@ -279,14 +280,20 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
             a = own.data();
         }
         float c[AMX_MAX_TILES][AMX_MAX_TILES][AMX_TILE][AMX_TILE];
-        x86::amx_tiles_begin();
+        const bool amx = use_amx();
+        if (amx) x86::amx_tiles_begin();
         for (int64_t n0 = 0; n0 < cols; n0 += AMX_MAX_TILES * AMX_TILE) {
             const int64_t na =
                 std::min<int64_t>(AMX_MAX_TILES, (cols - n0 + AMX_TILE - 1) / AMX_TILE);
             for (int64_t g = g_begin; g < g_end; g += AMX_MAX_TILES) {
                 const int64_t ng = std::min<int64_t>(AMX_MAX_TILES, g_end - g);
-                x86::amx_bf16_tiles(na, ng, &a[n0 * in].bits, in, p->dilation * in,
-                                    wd + g * group_stride, group_stride, k_tiles, c);
+                const uint16_t *an = &a[n0 * in].bits, *bg = wd + g * group_stride;
+                if (amx)
+                    x86::amx_bf16_tiles(na, ng, an, in, p->dilation * in, bg, group_stride,
+                                        k_tiles, c);
+                else  // only the columns stored below
+                    x86::avx512_bf16_pairs(std::min<int64_t>(na * AMX_TILE, cols - n0), ng, an,
+                                           in, p->dilation * in, bg, group_stride, k_tiles, c);
                 for (int64_t i = 0; i < na; ++i)
                     for (int64_t r = 0; r < AMX_TILE && n0 + i * AMX_TILE + r < cols; ++r) {
                         const int64_t col = nb + n0 + i * AMX_TILE + r;
@@ -298,7 +305,7 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
                     }
             }
         }
-        x86::amx_tiles_end();
+        if (amx) x86::amx_tiles_end();
     };
     if (shared) {
         if (ith != 0) return;
@@ -311,15 +318,15 @@ void conv_gemm_amx_run(ggml_tensor *dst, int ith, int nth, const ConvGemmParams 
     run_tasks(p->pool, ith, nth, n_blocks * m_split, block);
 #else
     (void)dst, (void)ith, (void)nth, (void)p;
-    GGML_ABORT("conv GEMM: AMX weights in a build without x86 kernels");
+    GGML_ABORT("conv GEMM: weights in AMX's layout in a build without x86 kernels");
 #endif
 }
 
 void conv_gemm_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     const auto *p = static_cast<const ConvGemmParams *>(userdata);
     const ggml_type type = dst->src[1]->type;
-    if (type == GGML_TYPE_BF16 && amx_layout(dst->src[0]->ne[0]))
-        conv_gemm_amx_run(dst, ith, nth, p);
+    if (type == GGML_TYPE_BF16 && pairs_layout(dst->src[0]->ne[0]))
+        conv_gemm_pairs_run(dst, ith, nth, p);
     else if (type == GGML_TYPE_BF16) conv_gemm_run<ggml_bf16_t>(dst, ith, nth, p);
     else if (type == GGML_TYPE_F16) conv_gemm_run<ggml_fp16_t>(dst, ith, nth, p);
     else conv_gemm_run<float>(dst, ith, nth, p);
@@ -615,7 +622,7 @@ bool conv_gemm_supported(const ggml_tensor *w) {
 
 void pack_conv_weight(ggml_tensor *w, int64_t taps, DecoderPrecision precision) {
     GGML_ASSERT(conv_gemm_supported(w) && taps >= 1 && w->ne[0] % taps == 0);
-    if (precision == DecoderPrecision::BF16) pack_bf16(w, amx_layout(w->ne[0] / taps));
+    if (precision == DecoderPrecision::BF16) pack_bf16(w, pairs_layout(w->ne[0] / taps));
     else if (w->type == GGML_TYPE_F16) pack_panels<ggml_fp16_t>(w);
     else pack_panels<float>(w);
 }

@@ -21,6 +21,8 @@
 #include <unistd.h>
 #endif
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <cstring>
 #define KAZEIA_AVX2 1
@@ -29,6 +31,9 @@
 // The decoder GEMM's bf16 products on AMX tiles (ops/x86/conv_gemm_amx.cpp), chosen at run
 // time as the others are (use_amx).
 #define KAZEIA_AMX_FN __attribute__((target("amx-tile,amx-bf16,avx512f,avx2,fma,f16c")))
+// The same products on AVX-512 BF16's pair dot products (ops/x86/conv_gemm_bf16.cpp), chosen
+// at run time too (avx512_bf16_on_cpu).
+#define KAZEIA_AVX512_BF16_FN __attribute__((target("avx512bf16,avx512f,avx2,fma,f16c")))
 // The q8_0 GEMM's paths (AVX2, AVX-512 VNNI), chosen at run time by ops/q8_gemm.cpp. No FMA
 // among their instructions: their float steps stay separate multiplies and adds.
 #define KAZEIA_Q8_AVX2_FN __attribute__((target("avx2,f16c")))
@@ -81,14 +86,45 @@ inline bool avx512_vnni_on_cpu() {
 }
 
 // Whether this CPU has the AMX-BF16 tiles the decoder's bf16 products would run on, unless
-// KAZEIA_KERNELS is set to avx512, avx2 or portable; asks nothing of the system (use_amx does).
+// KAZEIA_KERNELS is set to avx512bf16, avx512, avx2 or portable; asks nothing of the system
+// (use_amx does).
 inline bool amx_on_cpu() {
     static const bool yes = [] {
         if (env_is("KAZEIA_KERNELS", "portable") || env_is("KAZEIA_KERNELS", "avx2") ||
-            env_is("KAZEIA_KERNELS", "avx512"))
+            env_is("KAZEIA_KERNELS", "avx512") || env_is("KAZEIA_KERNELS", "avx512bf16"))
             return false;
         return use_avx512() && __builtin_cpu_supports("amx-bf16") &&
                __builtin_cpu_supports("amx-tile");
+    }();
+    return yes;
+}
+
+// Whether this CPU is AMD's, or Hygon's (AMD's Zen cores), by the vendor string of CPUID leaf 0
+// (EBX, EDX, ECX): where the two vendors' cores differ in what is fastest, as measured.
+inline bool amd_cpu() {
+    static const bool yes = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        char vendor[13] = {};
+        if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+        std::memcpy(vendor, &ebx, 4);
+        std::memcpy(vendor + 4, &edx, 4);
+        std::memcpy(vendor + 8, &ecx, 4);
+        return std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0;
+    }();
+    return yes;
+}
+
+// Whether the decoder's bf16 products (DecoderPrecision::BF16) that AMX does not take run on
+// AVX-512 BF16's pair dot products: an AMD CPU with AVX512_BF16 (Zen 4 and later), unless
+// KAZEIA_KERNELS is set to avx512, avx2 or portable. On Intel's CPUs without AMX the path that
+// widens bf16 to f32 was the faster (one VDPBF16PS a cycle); KAZEIA_KERNELS=avx512bf16 takes
+// this path on any CPU with the instructions, setting AMX aside (tests and benches compare).
+inline bool avx512_bf16_on_cpu() {
+    static const bool yes = [] {
+        if (env_is("KAZEIA_KERNELS", "avx512") || !use_avx512() ||
+            !__builtin_cpu_supports("avx512bf16"))
+            return false;
+        return amd_cpu() || env_is("KAZEIA_KERNELS", "avx512bf16");
     }();
     return yes;
 }
@@ -117,6 +153,8 @@ constexpr bool use_avx2() { return false; }
 constexpr bool use_avx512() { return false; }
 constexpr bool avx512_vnni_on_cpu() { return false; }
 constexpr bool amx_on_cpu() { return false; }
+constexpr bool avx512_bf16_on_cpu() { return false; }
+constexpr bool amd_cpu() { return false; }  // x86-64's vendors only
 constexpr bool use_amx() { return false; }
 #endif
 

@@ -6,10 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 #include "cpu_backend.h"
 #include "env_switch.h"
 #include "ops/arch.h"
@@ -95,19 +91,7 @@ const WeightReads &weight_reads() {
     static const WeightReads reads = [] {
         if (env_is("KAZEIA_WEIGHT_READS", "streams")) return PREFETCHED_STREAMS;
         if (env_is("KAZEIA_WEIGHT_READS", "sequential")) return ONE_STREAM;
-#if defined(__x86_64__)
-        // The vendor string of CPUID leaf 0 (EBX, EDX, ECX): Hygon's CPUs are AMD's Zen cores.
-        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-        char vendor[13] = {};
-        if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
-            std::memcpy(vendor, &ebx, 4);
-            std::memcpy(vendor + 4, &edx, 4);
-            std::memcpy(vendor + 8, &ecx, 4);
-        }
-        if (std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0)
-            return ONE_STREAM;
-#endif
-        return PREFETCHED_STREAMS;
+        return amd_cpu() ? ONE_STREAM : PREFETCHED_STREAMS;
     }();
     return reads;
 }
