@@ -140,11 +140,13 @@ class EngineSettings:
         "KZTTS_DECODER_THREADS", "speech decoder threads", Bounds(1, 64), default=2
     )
     # f32 is the official model's arithmetic; bf16 makes the decoder several times faster where
-    # the CPU has AMX, and slower elsewhere (docs/hardware.md has both and the error).
+    # the CPU has AMX, faster on AMD CPUs with AVX-512 BF16, and slower elsewhere
+    # (docs/hardware.md has the figures and the error).
     decoder_precision: str = _opt(
         "KZTTS_DECODER_PRECISION",
         "how the speech decoder multiplies on the CPU: f32 (the official model's arithmetic), "
-        "or bf16 (rounded to 8 significant bits: faster on CPUs with AMX)",
+        "or bf16 (rounded to 8 significant bits: faster on CPUs with AMX, and on AMD CPUs with "
+        "AVX-512 BF16)",
         Bounds(choices=DECODER_PRECISIONS),
         default="f32",
     )

@@ -252,7 +252,8 @@ void def_engine(py::module_ &m) {
     m.attr("KV_CACHE_TYPES") = kv_cache_types;
     m.def("decoder_bf16_isa", &decoder_bf16_isa,
           "Where precision='bf16' multiplies on this CPU: AMX (the process then asks Linux for the "
-          "tile registers, as a bf16 decoder does), AVX-512 BF16, AVX-512, AVX2, NEON or portable.");
+          "tile registers, as a bf16 decoder does), AVX-512 BF16, AVX-512, AVX2, NEON or "
+          "portable.");
     m.def("cpu_has_amx_bf16", &cpu_has_amx_bf16,
           "Whether this CPU has the AMX-BF16 tiles precision='bf16' would run on, without asking "
           "Linux for them (decoder_bf16_isa does).");

@@ -33,8 +33,8 @@ bool conv_gemm_supported(const ggml_tensor *w);
 // the layout conv_gemm streams: panels of CONV_PANEL rows interleaved along K, same size and
 // type, so no extra memory (f16 weights are widened to f32 in the kernel's registers). With
 // DecoderPrecision::BF16 the weight becomes bf16 (type GGML_TYPE_BF16, in AMX's tile layout
-// where the products run on AMX), and conv_gemm multiplies it by its inputs rounded to bf16,
-// summing in f32.
+// where the products run on AMX or AVX-512 BF16), and conv_gemm multiplies it by its inputs
+// rounded to bf16, summing in f32.
 void pack_conv_weight(ggml_tensor *w, int64_t taps, DecoderPrecision precision);
 
 // n floats rounded to bf16 as DecoderPrecision::BF16 rounds the decoder's weights and inputs:

@@ -35,11 +35,17 @@ OFFICIAL_SCRIPT = REFERENCE_KIT / "official_decoder.py"
 # The child (one measured configuration) runs as `python -c CHILD_BOOT ARGS...`, so that it never
 # shows up among the public subcommands.
 CHILD_BOOT = "import sys; from kazeia_dev.bench.child import child_main; sys.exit(child_main())"
-# After a decoder's share of the FP32 peak, where its products were bf16.
-BF16_PEAK_NOTE = (
-    "; its products are bf16 (on AMX where the CPU has it), whose own peak is not probed: the "
-    "share can pass 100%"
-)
+
+
+def bf16_peak_note(precision: str) -> str:
+    """After a decoder's share of the FP32 peak: where its bf16 products ran (this process's
+    path: the bench's children take the same KAZEIA_KERNELS), whose own peak is not probed."""
+    if precision != "bf16":
+        return ""
+    return (
+        f"; its products are bf16, on {native.decoder_bf16_isa()} here, whose own peak is not "
+        "probed: the share can pass 100%"
+    )
 
 
 def performed_note(compute: dict[str, Any], rate: float | None = None) -> str:

@@ -18,12 +18,12 @@ from wyoming_kazeia.native import DECODER_PRECISIONS
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import (
-    BF16_PEAK_NOTE,
     CHILD_BOOT,
     OFFICIAL_SCRIPT,
     WARMUP_FRAMES,
     BenchError,
     add_official_args,
+    bf16_peak_note,
     decoder_facts,
     default_cache_dir,
     ensure_model,
@@ -482,7 +482,7 @@ def decoder_table(result: dict[str, Any]) -> str:
             f"{cp['full_gflop_s']:.0f} GFLOP/s is {share:.0f}% "
             f"of the {cp['peak_gflop_s']:.0f} GFLOP/s FP32 multiply-add peak of its "
             f"{c['threads']} threads ({cp['peak_isa']}, measured after the rows)"
-            + BF16_PEAK_NOTE * (c.get("precision") == "bf16")
+            + bf16_peak_note(c.get("precision", "f32"))
             + performed_note(cp, cp["full_gflop_s"])
             + "."
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import BF16_PEAK_NOTE, fmt, machine_line, ok, performed_note
+from .common import bf16_peak_note, fmt, machine_line, ok, performed_note
 from .engine_figures import T
 from .engine_runs import PLACED, PLACED_KEYS, VOICE_CHUNK, row_label
 from .peers import peer_lines
@@ -199,7 +199,7 @@ def _decoder_compute_lines(result: dict[str, Any]) -> list[str]:
         f"{compute['threads']} threads ({compute['peak_isa']}, measured after the rows; the "
         "decoder's time is the wall time of its calls, which share the cores with the "
         "generator where the two run at once)"
-        + BF16_PEAK_NOTE * (result["config"].get("decoder_precision") == "bf16")
+        + bf16_peak_note(result["config"].get("decoder_precision", "f32"))
         + performed_note(compute),
     ]
 

@@ -37,11 +37,11 @@ inline float to_f32(float v) { return v; }
 inline float to_f32(ggml_fp16_t v) { return ggml_fp16_to_fp32(v); }
 inline float to_f32(ggml_bf16_t v) { return ggml_bf16_to_fp32(v); }
 
-// The bf16 products run on AMX where the CPU has it, else on AVX-512 BF16 where it has that,
-// when the input width is whole K tiles (every conv of the full-size decoders); their weights
-// are then packed in AMX's tile layout (pack_bf16), which both read, the others' in bf16 panels
-// for the vector or portable loops.
-bool pairs_layout(int64_t in) { return (use_amx() || avx512_bf16_on_cpu()) && in % AMX_K == 0; }
+// The bf16 products run on AMX where the CPU has it, else on AVX-512 BF16 where
+// use_avx512_bf16 takes it, when the input width is whole K tiles (every conv of the full-size
+// decoders); their weights are then packed in AMX's tile layout (pack_bf16), which both read,
+// the others' in bf16 panels for the vector or portable loops.
+bool pairs_layout(int64_t in) { return (use_amx() || use_avx512_bf16()) && in % AMX_K == 0; }
 
 // acc[j][r] = sum_k A[k][r] * B_j[k] for a 16-row panel and COLS <= CONV_NR columns: the
 // loops a CPU without a vector path runs.

@@ -32,7 +32,7 @@
 // time as the others are (use_amx).
 #define KAZEIA_AMX_FN __attribute__((target("amx-tile,amx-bf16,avx512f,avx2,fma,f16c")))
 // The same products on AVX-512 BF16's pair dot products (ops/x86/conv_gemm_bf16.cpp), chosen
-// at run time too (avx512_bf16_on_cpu).
+// at run time too (use_avx512_bf16).
 #define KAZEIA_AVX512_BF16_FN __attribute__((target("avx512bf16,avx512f,avx2,fma,f16c")))
 // The q8_0 GEMM's paths (AVX2, AVX-512 VNNI), chosen at run time by ops/q8_gemm.cpp. No FMA
 // among their instructions: their float steps stay separate multiplies and adds.
@@ -115,11 +115,12 @@ inline bool amd_cpu() {
 }
 
 // Whether the decoder's bf16 products (DecoderPrecision::BF16) that AMX does not take run on
-// AVX-512 BF16's pair dot products: an AMD CPU with AVX512_BF16 (Zen 4 and later), unless
-// KAZEIA_KERNELS is set to avx512, avx2 or portable. On Intel's CPUs without AMX the path that
-// widens bf16 to f32 was the faster (one VDPBF16PS a cycle); KAZEIA_KERNELS=avx512bf16 takes
-// this path on any CPU with the instructions, setting AMX aside (tests and benches compare).
-inline bool avx512_bf16_on_cpu() {
+// AVX-512 BF16's pair dot products: an AMD CPU with AVX512_BF16, unless KAZEIA_KERNELS is set
+// to avx512, avx2 or portable. Intel's CPUs keep the path that widens bf16 to f32: with AMX set
+// aside, an Intel Xeon ran it faster than the pair dot products (docs/hardware.md).
+// KAZEIA_KERNELS=avx512bf16 takes this path on any CPU with the instructions, setting AMX
+// aside (tests and benches compare).
+inline bool use_avx512_bf16() {
     static const bool yes = [] {
         if (env_is("KAZEIA_KERNELS", "avx512") || !use_avx512() ||
             !__builtin_cpu_supports("avx512bf16"))
@@ -134,7 +135,8 @@ inline bool avx512_bf16_on_cpu() {
 // first tile instruction (without the permission that instruction is a SIGILL), and only when
 // it first packs bf16 weights or names their path: an f32 process never asks (a process that
 // has the permission needs larger signal stacks). Elsewhere, and with KAZEIA_KERNELS set to
-// avx512, avx2 or portable, the vector or portable loops multiply the same bf16 values.
+// avx512bf16, avx512, avx2 or portable, AVX-512 BF16 (use_avx512_bf16), the vector or the
+// portable loops multiply the same bf16 values.
 inline bool use_amx() {
     static const bool yes = [] {
         if (!amx_on_cpu()) return false;
@@ -153,7 +155,7 @@ constexpr bool use_avx2() { return false; }
 constexpr bool use_avx512() { return false; }
 constexpr bool avx512_vnni_on_cpu() { return false; }
 constexpr bool amx_on_cpu() { return false; }
-constexpr bool avx512_bf16_on_cpu() { return false; }
+constexpr bool use_avx512_bf16() { return false; }
 constexpr bool amd_cpu() { return false; }  // x86-64's vendors only
 constexpr bool use_amx() { return false; }
 #endif

@@ -28,7 +28,7 @@ bool cpu_has_amx_bf16() { return amx_on_cpu(); }
 
 const char *decoder_bf16_isa() {
     if (use_amx()) return "AMX";
-    if (avx512_bf16_on_cpu()) return "AVX-512 BF16";
+    if (use_avx512_bf16()) return "AVX-512 BF16";
     if (use_avx512()) return "AVX-512";
     if (use_avx2()) return "AVX2";
 #if KAZEIA_NEON
