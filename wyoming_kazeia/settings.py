@@ -139,8 +139,8 @@ class EngineSettings:
     decoder_threads: int = _opt(
         "KZTTS_DECODER_THREADS", "speech decoder threads", Bounds(1, 64), default=2
     )
-    # f32 is the official model's arithmetic; bf16 makes the decoder several times faster where
-    # the CPU has AMX, faster on AMD CPUs with AVX-512 BF16, and slower elsewhere
+    # f32 is the official model's arithmetic; bf16 makes the decoder much faster where the CPU
+    # has AMX, faster on AMD CPUs with AVX-512 BF16, and slower elsewhere
     # (docs/hardware.md has the figures and the error).
     decoder_precision: str = _opt(
         "KZTTS_DECODER_PRECISION",

@@ -116,8 +116,9 @@ inline bool amd_cpu() {
 
 // Whether the decoder's bf16 products (DecoderPrecision::BF16) that AMX does not take run on
 // AVX-512 BF16's pair dot products: an AMD CPU with AVX512_BF16, unless KAZEIA_KERNELS is set
-// to avx512, avx2 or portable. Intel's CPUs keep the path that widens bf16 to f32: with AMX set
-// aside, an Intel Xeon ran it faster than the pair dot products (docs/hardware.md).
+// to avx512, avx2 or portable. Intel's CPUs without AMX keep the path that widens bf16 to f32:
+// with AMX set aside, an Intel Xeon ran it faster than an earlier version of this path
+// (docs/hardware.md).
 // KAZEIA_KERNELS=avx512bf16 takes this path on any CPU with the instructions, setting AMX
 // aside (tests and benches compare).
 inline bool use_avx512_bf16() {
