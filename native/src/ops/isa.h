@@ -109,7 +109,8 @@ inline bool amd_cpu() {
         std::memcpy(vendor, &ebx, 4);
         std::memcpy(vendor + 4, &edx, 4);
         std::memcpy(vendor + 8, &ecx, 4);
-        return std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0;
+        return std::strcmp(vendor, "AuthenticAMD") == 0 ||
+               std::strcmp(vendor, "HygonGenuine") == 0;
     }();
     return yes;
 }
@@ -118,9 +119,8 @@ inline bool amd_cpu() {
 // AVX-512 BF16's pair dot products: an AMD CPU with AVX512_BF16, unless KAZEIA_KERNELS is set
 // to avx512, avx2 or portable. Intel's CPUs without AMX keep the path that widens bf16 to f32:
 // with AMX set aside, an Intel Xeon ran it faster than an earlier version of this path
-// (docs/hardware.md).
-// KAZEIA_KERNELS=avx512bf16 takes this path on any CPU with the instructions, setting AMX
-// aside (tests and benches compare).
+// (docs/hardware.md). KAZEIA_KERNELS=avx512bf16 takes this path on any CPU with the
+// instructions, setting AMX aside (tests and benches compare).
 inline bool use_avx512_bf16() {
     static const bool yes = [] {
         if (env_is("KAZEIA_KERNELS", "avx512") || !use_avx512() ||

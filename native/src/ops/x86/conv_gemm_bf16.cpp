@@ -1,9 +1,9 @@
-// The conv GEMM's bf16 products on AVX-512 BF16 (DecoderPrecision::BF16 on CPUs with
-// AVX512_BF16 and without AMX): the weights in AMX's B-tile layout, one 64-byte row of a tile
-// (16 channels, a pair of K values each) per register, times a column's pair of inputs
-// broadcast: each VDPBF16PS adds both products of the pair to the column's 16 channels. Twice
-// the multiply-adds of an FMA per instruction, and the bf16 weights are read as they are,
-// without widening.
+// The conv GEMM's bf16 products on AVX-512 BF16 (DecoderPrecision::BF16 where use_avx512_bf16
+// takes it: AMD's CPUs with AVX512_BF16): the weights in AMX's B-tile layout, one 64-byte row
+// of a tile (16 channels, a pair of K values each) per register, times a column's pair of
+// inputs broadcast: each VDPBF16PS adds both products of the pair to the column's 16 channels.
+// Twice the multiply-adds of an FMA per instruction, and the bf16 weights are read as they
+// are, without widening.
 #include "ops/arch.h"
 
 #if KAZEIA_AVX2
