@@ -3,8 +3,10 @@ random model for the service tests."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -30,6 +32,19 @@ REFERENCE = DATA / "reference"
 REFERENCE_MODELS = ("tiny-0.6b", "tiny-1.7b")  # CustomVoice
 CLONE_MODELS = ("tiny-base-0.6b", "tiny-base-1.7b")  # Base
 DESIGN_MODELS = ("tiny-design-1.7b",)  # VoiceDesign
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """/proc/cpuinfo's words: the CPU's flags (x86's "flags", ARM's "Features"), and vendor_id's
+    value among them."""
+    return frozenset(Path("/proc/cpuinfo").read_text().split())
+
+
+def amd_cpu() -> bool:
+    """Whether this is an x86-64 CPU of AMD's or Hygon's (AMD's Zen cores), as ops/isa.h's
+    amd_cpu reads it, where the engine takes some paths by vendor."""
+    return platform.machine() == "x86_64" and bool({"AuthenticAMD", "HygonGenuine"} & cpu_flags())
 
 
 def ref_array(model: str, name: str) -> np.ndarray:

@@ -15,18 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import decode_with_kernels, ref_codes, run_fresh, snr_db
+from conftest import amd_cpu, cpu_flags, decode_with_kernels, ref_codes, run_fresh, snr_db
 
 from wyoming_kazeia import native
 from wyoming_kazeia.convert import convert_part
 from wyoming_kazeia.native import SpeechDecoder
 
 CLI = str(Path(sys.executable).parent / "kazeia-decoder")
-
-
-def cpu_flags() -> set[str]:
-    """/proc/cpuinfo's words: the CPU's flags, and vendor_id's value among them."""
-    return set(Path("/proc/cpuinfo").read_text().split())
 
 
 def bf16_path(forced: str = "") -> str:
@@ -43,8 +38,7 @@ def bf16_path(forced: str = "") -> str:
         return "AVX2"
     if {"amx_bf16", "amx_tile"} <= flags and not forced:
         return "AMX"
-    amd = bool({"AuthenticAMD", "HygonGenuine"} & flags)
-    if "avx512_bf16" in flags and (forced == "avx512bf16" or (amd and not forced)):
+    if "avx512_bf16" in flags and (forced == "avx512bf16" or (amd_cpu() and not forced)):
         return "AVX-512 BF16"
     return "AVX-512"
 

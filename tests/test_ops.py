@@ -12,7 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REFERENCE, decode_with_kernels, ref_array, ref_codes, run_fresh
+from conftest import (
+    REFERENCE,
+    amd_cpu,
+    cpu_flags,
+    decode_with_kernels,
+    ref_array,
+    ref_codes,
+    run_fresh,
+)
 
 from wyoming_kazeia import native
 from wyoming_kazeia._native import testing
@@ -317,11 +325,7 @@ def test_weight_rows_are_read_as_one_stream_on_amd_and_as_streams_elsewhere() ->
     KAZEIA_WEIGHT_READS forces one."""
     if os.environ.get("KAZEIA_WEIGHT_READS"):
         pytest.skip("KAZEIA_WEIGHT_READS is set in this environment")
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    amd = platform.machine() == "x86_64" and any(
-        vendor in cpuinfo for vendor in ("AuthenticAMD", "HygonGenuine")
-    )
-    way = "one stream" if amd else "4 prefetched streams"
+    way = "one stream" if amd_cpu() else "4 prefetched streams"
     assert native.KERNEL_ISA.endswith(f"other rows read as {way}")
 
 
@@ -335,7 +339,7 @@ def test_q8_0_decoding_steps_run_our_dot_product_where_the_cpu_has_avx2() -> Non
 
 def q8_0_steps_path(avx512: bool = True) -> str:
     """The path this CPU's q8_0 decoding steps take (`avx512`: unless AVX-512 is set aside)."""
-    flags = set(Path("/proc/cpuinfo").read_text().split())
+    flags = cpu_flags()
     if platform.machine() != "x86_64" or not {"avx2", "fma", "f16c"} <= flags:
         return "ggml"
     return "AVX-512 VNNI" if avx512 and {"avx512_vnni", "avx512vl"} <= flags else "AVX2"
