@@ -252,10 +252,12 @@ def test_f16_decoder_streams_exactly_and_stays_close_to_f32(tmp_path: Path) -> N
     assert 30 < snr < 120, snr
 
 
-def test_f16_weights_decode_as_the_f32_values_they_hold(tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+def test_f16_weights_decode_as_the_f32_values_they_hold(tmp_path: Path, precision: str) -> None:
     """An f16 decoder multiplies exactly the values its file holds, whether it keeps a weight in
-    f16 or widens it to f32 (the convs past the first vocoder block's upsampling): the same
-    samples, bit for bit, as an f32 file of the same values, decoded whole or streamed."""
+    f16 or widens it to f32 (the convs past the first vocoder block's upsampling), or rounds it
+    to bf16: the same samples, bit for bit, as an f32 file of the same values, decoded whole or
+    streamed."""
     ckpt = _copy_checkpoint(tmp_path)
     _edit_tokenizer_weights(
         ckpt,
@@ -268,7 +270,9 @@ def test_f16_weights_decode_as_the_f32_values_they_hold(tmp_path: Path) -> None:
         ),
     )
     files = {t: convert_part("decoder", ckpt, tmp_path / f"{t}.gguf", t) for t in ("f16", "f32")}
-    decoders = {t: SpeechDecoder(str(path), threads=2) for t, path in files.items()}
+    decoders = {
+        t: SpeechDecoder(str(path), threads=2, precision=precision) for t, path in files.items()
+    }
     # Both a weight the loader widens and one it keeps f16 are in the f16 file.
     types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(files["f16"]).tensors}
     assert types["dec.voc.blk.1.up.weight"] == "F16"

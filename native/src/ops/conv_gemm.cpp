@@ -553,11 +553,18 @@ void conv_winograd_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
     conv_winograd_run(dst, ith, nth, static_cast<const ConvGemmParams *>(userdata));
 }
 
-// Value i of a weight as the file holds it: f16 or f32 (conv_gemm_supported).
-float weight_value(const ggml_tensor *w, int64_t i) {
-    return w->type == GGML_TYPE_F16
-               ? ggml_fp16_to_fp32(static_cast<const ggml_fp16_t *>(w->data)[i])
-               : static_cast<const float *>(w->data)[i];
+// Rows [row, row + n_rows) of a weight as the file holds it (f16 or f32: conv_gemm_supported)
+// in f32: its own memory for f32, else widened into `buf`. A row at a time, not a value:
+// ggml's one-value conversion is a call into another library, which made it most of a bf16
+// decoder's load time.
+const float *weight_rows(const ggml_tensor *w, int64_t row, int64_t n_rows,
+                         std::vector<float> &buf) {
+    const int64_t K = w->ne[0];
+    if (w->type == GGML_TYPE_F32) return static_cast<const float *>(w->data) + row * K;
+    buf.resize(n_rows * K);
+    ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t *>(w->data) + row * K, buf.data(),
+                          n_rows * K);
+    return buf.data();
 }
 
 template <typename T>
@@ -582,20 +589,21 @@ void pack_panels(ggml_tensor *w) {
 void pack_bf16(ggml_tensor *w, bool amx) {
     static_assert(AMX_TILE == CONV_PANEL, "a group of channels is one panel");
     const int64_t K = w->ne[0], M = w->ne[1];
-    auto value = [&](int64_t m, int64_t k) { return weight_value(w, m * K + k); };
+    std::vector<float> rows_f32;
     std::vector<float> ordered(CONV_PANEL * K);  // one group's values in their packed order
     auto *packed = static_cast<ggml_bf16_t *>(w->data);
     for (int64_t m0 = 0; m0 < M; m0 += CONV_PANEL) {
+        const float *rows = weight_rows(w, m0, CONV_PANEL, rows_f32);  // the group's channels
         float *o = ordered.data();
         if (amx) {
             for (int64_t k0 = 0; k0 < K; k0 += 2)  // a tile's rows, one after the other
-                for (int64_t m = m0; m < m0 + AMX_TILE; ++m) {
-                    *o++ = value(m, k0);
-                    *o++ = value(m, k0 + 1);
+                for (int64_t r = 0; r < AMX_TILE; ++r) {
+                    *o++ = rows[r * K + k0];
+                    *o++ = rows[r * K + k0 + 1];
                 }
         } else {
             for (int64_t k = 0; k < K; ++k)
-                for (int64_t m = m0; m < m0 + CONV_PANEL; ++m) *o++ = value(m, k);
+                for (int64_t r = 0; r < CONV_PANEL; ++r) *o++ = rows[r * K + k];
         }
         to_bf16(ordered.data(), packed + m0 * K, CONV_PANEL * K);
     }
@@ -639,10 +647,12 @@ void pack_winograd_weight(const ggml_tensor *w, int64_t taps, ggml_tensor *u) {
                 u->ne[1] == out && u->ne[2] == n);
     const WinogradMatrices wm = winograd_matrices(taps);
     auto *ud = static_cast<float *>(u->data);
-    for (int64_t m = 0; m < out; ++m)
+    std::vector<float> row_f32;
+    for (int64_t m = 0; m < out; ++m) {
+        const float *row = weight_rows(w, m, 1, row_f32);
         for (int64_t c = 0; c < in; ++c) {
             double g[WINOGRAD_MAX_N - 1];  // the taps of (m, c)
-            for (int64_t k = 0; k < taps; ++k) g[k] = weight_value(w, m * taps * in + k * in + c);
+            for (int64_t k = 0; k < taps; ++k) g[k] = row[k * in + c];
             for (int64_t xi = 0; xi < n; ++xi) {
                 double s = 0.0;
                 for (int64_t k = 0; k < taps; ++k) s += wm.g[xi][k] * g[k];
@@ -651,6 +661,7 @@ void pack_winograd_weight(const ggml_tensor *w, int64_t taps, ggml_tensor *u) {
                    m % CONV_PANEL] = (float)s;
             }
         }
+    }
 }
 
 namespace {
