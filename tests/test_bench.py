@@ -5,6 +5,7 @@ table)."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -46,6 +47,7 @@ from kazeia_dev.bench.ideal_program import (
     ideal_units,
 )
 from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
+from kazeia_dev.bench.prebuffer import replay, slowed
 
 from wyoming_kazeia import _native
 from wyoming_kazeia.pacing import Prebuffer, SpeechRates
@@ -226,6 +228,72 @@ def test_nothing_is_held_on_a_fast_box() -> None:
         "prebuffer_silence_s": 0.0,
         "prebuffer_held_s": 0.0,
     }
+
+
+def recorded_answer(rate: float, chunks: int = 11, first_s: float = 0.1) -> list[list[float]]:
+    """A streamed answer's arrivals as the engine child records them: a one-frame first chunk,
+    then 4-frame chunks at `rate`, the first of them also waiting for the first's decoding."""
+    answer = [[first_s, 0.08]]
+    at = first_s + 0.1  # the first chunk's decoding
+    for _ in range(chunks - 1):
+        at += 0.32 / rate
+        answer.append([at, 0.32])
+    return answer
+
+
+def test_a_slowed_answer_comes_later_after_its_first_chunk_only() -> None:
+    answer = [(0.1, 0.08), (0.5, 0.32), (0.9, 0.32)]
+    expected = [(0.1, 0.08), (0.7, 0.32), (1.3, 0.32)]
+    assert slowed(answer, 1.5) == [pytest.approx(chunk) for chunk in expected]
+
+
+def test_the_hold_keeps_a_box_that_slowed_down_between_answers_from_running_dry() -> None:
+    """Answers at 1.3x real time, every third one 1.45x slower after its first chunk: the
+    last answers' rate says 1.3x, the answer itself says less from its second chunk on."""
+    recording = {"chars": 53, "arrivals": [recorded_answer(1.3) for _ in range(13)]}
+    steady = replay(recording, 1.0, 0, 1.45)
+    assert steady["answers"] == 12 and steady["answers_dry"] == 0
+    jolted = replay(recording, 1.0, 3, 1.45)
+    assert jolted["answers_dry"] == 0 and jolted["underruns"] == 0
+    assert jolted["held_max_s"] > steady["held_max_s"]  # the slowed ones held longer
+    # Replayed twice as fast, the same answers hold less.
+    assert replay(recording, 2.0, 0, 1.45)["held_median_s"] < steady["held_median_s"]
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``script/bench ARGS`` (its module, as the script runs it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kazeia_dev.bench", *args],
+        capture_output=True,
+        text=True,
+        env=dev_child_env(),
+        timeout=120,
+    )
+
+
+def test_the_prebuffer_bench_replays_a_saved_recording_and_rejects_another_file(
+    tmp_path: Path,
+) -> None:
+    saved = tmp_path / "recording.json"
+    recording = {"chars": 53, "model_dir": "m", "chunk": 4, "frames": 40, "neighbour": False,
+                 "decoder_precision": "f32", "rtf": 1.1,
+                 "arrivals": [recorded_answer(0.9) for _ in range(4)]}  # fmt: skip
+    saved.write_text(json.dumps(recording))
+    run = bench("prebuffer", "--replay", str(saved), "--speeds", "1,2", "--slow-every", "2")
+    assert run.returncode == 0, run.stderr
+    table = [line for line in run.stdout.splitlines() if line.startswith("| ")]
+    expected = []
+    for speed in (1.0, 2.0):
+        for every, said in ((0, "none"), (2, "1 in 2")):
+            r = replay(recording, speed, every, 1.45)
+            expected.append(
+                f"| {speed:g}x | {said} | {r['answers_dry']} of 3 | {r['underruns']} "
+                f"| {r['held_median_s']:.2f} | {r['held_max_s']:.2f} |"
+            )
+    assert table[1:] == expected
+    (tmp_path / "other.json").write_text("{}")
+    run = bench("prebuffer", "--replay", str(tmp_path / "other.json"))
+    assert run.returncode == 1 and "not a recording of this bench" in run.stderr
 
 
 def test_the_prebuffer_table_has_a_line_per_streaming_row() -> None:

@@ -61,6 +61,23 @@ def test_a_player_never_runs_dry_whatever_the_production_rate(rate: float) -> No
     assert held <= needed / rate + CHUNK_S / rate
 
 
+@pytest.mark.parametrize("total_s", [3.3, 30.0])
+def test_a_box_that_slowed_down_since_the_last_answers_holds_by_this_ones_rate(
+    total_s: float,
+) -> None:
+    """The last answers came at 1.3x real time, this one at 0.85x (other work started beside
+    it): let out on the last answers' rate, its first audio went with its second chunk and the
+    player ran dry all along (8 and 91 times); the answer's own rate so far, lower, holds it."""
+    prior, rate, chars = 1.3, 0.85, round(total_s / 0.07)
+    rates = SpeechRates()
+    rates.learn(chars, total_s, total_s / prior, CHUNK_S)
+    chunks = produce(rate, total_s)
+    count, held = play(chunks, rates, chars)
+    assert count == 0
+    r = rate / MARGIN  # held about as long as this answer's rate asks, not more
+    assert held <= ((1 - r) * total_s + CHUNK_S / r) / rate + CHUNK_S / rate
+
+
 @pytest.mark.parametrize("rate", [0.5, 0.8])
 def test_without_a_hold_a_slow_answer_runs_dry(rate: float) -> None:
     """The same answers let out as they come stall: what the hold prevents."""

@@ -7,6 +7,13 @@ held until the audio at hand reaches that, with r measured on the answer itself 
 arrive and T estimated from the characters it has to speak and the seconds of audio per
 character of the service's finished syntheses.
 
+Until an answer has made enough audio for its own rate, r is the last syntheses' rate, or the
+answer's rate so far where that is lower: a box that slowed down since (other work started
+beside it) would otherwise let the first audio go on a rate it no longer has, and run dry for
+the rest of the answer, however long. The rate so far understates the steady one a little (the
+first chunk after the first frame also waits for its decoding), so a box near the margin holds a
+chunk or two more than it needs.
+
 Audio comes in chunks (a stream's first is one frame, the next ones a few), so the audio at hand
 must also last while the next chunk is made, C / r for a chunk of C seconds, or the player runs
 dry right after the first chunk even on a box faster than real time: at least that much, and at
@@ -113,13 +120,17 @@ class Prebuffer:
         self.produced_s += seconds
 
     def rate(self, now: float) -> float | None:
-        """The answer's production rate: measured once MEASURED_AFTER_S of audio came after the
-        first chunk, else the last syntheses'."""
-        if self._first_at is not None:
-            after = self.produced_s - self._first_s - self._silence_s
-            if after >= MEASURED_AFTER_S and now > self._first_at:
-                return after / (now - self._first_at)
-        return self._prior_rate
+        """The answer's production rate: its own once MEASURED_AFTER_S of audio came after the
+        first chunk; before that the last syntheses', or the answer's so far where lower."""
+        if self._first_at is None or now <= self._first_at:
+            return self._prior_rate
+        after = self.produced_s - self._first_s - self._silence_s
+        own = after / (now - self._first_at)
+        if after >= MEASURED_AFTER_S:
+            return own
+        if after <= 0 or self._prior_rate is None:
+            return self._prior_rate
+        return min(self._prior_rate, own)
 
     def needed_s(self, now: float) -> float | None:
         """The audio to have at hand before the first goes out; None while the rate is unknown."""

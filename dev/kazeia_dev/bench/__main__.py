@@ -28,6 +28,11 @@ Commands (one module per bench, each with its ``bench_<command>`` and its measur
     synthesis: decoder / talker / code-predictor seconds, total, RTF, time to first audio, peak
     RSS, medians over ``--repeats``; then the same rows beside busy competing processes.
 
+``prebuffer``
+    The service's hold (``wyoming_kazeia.pacing.Prebuffer``) on streamed answers recorded here
+    (``prebuffer.py``), replayed at faster speeds and with some answers slowed down: the
+    answers a player at real time ran dry in, and the first audio's added delay.
+
 ``quality``
     The talker's weight types against f32 on the random checkpoint (``quality.py``): logit
     error, greedy agreement over ``--frames``, the f16 decoder's audio error.
@@ -44,7 +49,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import decoder, engine, generate, quality, server
+from . import decoder, engine, generate, prebuffer, quality, server
 from .common import BenchError, dev_child_env, logger, setup_logging
 
 
@@ -55,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stdout).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for bench in (decoder, generate, engine, quality, server):
+    for bench in (decoder, generate, engine, prebuffer, quality, server):
         bench.add_parser(sub)
     args = parser.parse_args(argv)
     setup_logging()

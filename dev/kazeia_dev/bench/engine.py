@@ -80,15 +80,16 @@ def add_parser(subparsers: Any) -> None:
             "markdown table (or JSON with --json) on stdout."
         ),
     )
-    _add_model_options(p)
+    add_model_options(p)
+    add_synthesis_options(p)
     _add_run_options(p)
     _add_load_options(p)
     _add_row_options(p)
     p.set_defaults(func=bench_engine)
 
 
-def _add_model_options(p: argparse.ArgumentParser) -> None:
-    """The model and the threads of every row."""
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The model and the threads of every row (``engine_runs.engine_row_cmd`` reads them)."""
     p.add_argument(
         "--model-dir",
         type=Path,
@@ -133,8 +134,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """The syntheses of every row."""
+def add_synthesis_options(p: argparse.ArgumentParser) -> None:
+    """What every synthesis says, and how long it is (``engine_runs.engine_row_cmd`` reads
+    them)."""
     p.add_argument(
         "--frames",
         type=int,
@@ -142,6 +144,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="max_frames of every synthesis, 80 ms each (default 40; random weights never emit "
         "eos, so every synthesis gives this many)",
     )
+    p.add_argument("--text", default=GEN_SENTENCE, help="the sentence (default: ~10 words)")
+    p.add_argument("--speaker", default="vivian", help="default vivian")
+    p.add_argument("--language", default="english", help="default english")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed of every synthesis")
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """The syntheses of every row."""
     p.add_argument("--repeats", type=int, default=3, help="timed syntheses per row (default 3)")
     p.add_argument(
         "--load-repeats",
@@ -155,10 +165,6 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help=f"comma-separated stream_chunk values, one streaming row each (default "
         f"{ENGINE_CHUNKS}; the one-shot and subprocess rows always run)",
     )
-    p.add_argument("--text", default=GEN_SENTENCE, help="the sentence (default: ~10 words)")
-    p.add_argument("--speaker", default="vivian", help="default vivian")
-    p.add_argument("--language", default="english", help="default english")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed of every synthesis")
 
 
 def _add_load_options(p: argparse.ArgumentParser) -> None:
@@ -229,7 +235,7 @@ def bench_engine(args: argparse.Namespace) -> int:
     machine = machine_info()
     warn_if_busy(machine)
     cache_dir = args.cache_dir or default_cache_dir()
-    model_dir = _model_dir(args, cache_dir)
+    model_dir = checked_model_dir(args, cache_dir)
     audio_s = args.frames * frame_seconds(decoder_facts(model_dir))
 
     env = dict(os.environ)
@@ -295,7 +301,7 @@ def _checked_chunks(args: argparse.Namespace) -> list[int]:
     return chunks
 
 
-def _model_dir(args: argparse.Namespace, cache_dir: Path) -> Path:
+def checked_model_dir(args: argparse.Namespace, cache_dir: Path) -> Path:
     """``--model-dir`` when it holds every file the engine reads, else the cached random one."""
     if args.model_dir is None:
         return ensure_engine_dir(cache_dir, args.size, args.type)

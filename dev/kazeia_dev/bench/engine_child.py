@@ -19,12 +19,11 @@ from typing import Any
 import numpy as np
 
 from wyoming_kazeia.native import Generator
-from wyoming_kazeia.pacing import SpeechRates
 from wyoming_kazeia.settings import EngineSettings
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import logger
-from .player import Chunk, player_figures
+from .player import Chunk, learn, player_figures, warm_rates
 
 # The cloned-voice rows' reference recording's transcript.
 REF_TEXT = "Good morning, my dear. Did you sleep well last night?"
@@ -101,9 +100,9 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
     voice, prompt_s = _cloned_voice(engine, args)
     if beside is not None:  # its warm-up: its pages resident, as in a server
         _synthesis_run(beside, args)
-    cold, decoder_peak_mb = _warm_up(engine, args, voice)
+    cold, cold_arrivals, decoder_peak_mb = _warm_up(engine, args, voice)
     logger.info("warm-up: first audio %.0f ms, total %.2f s", 1e3 * cold["ttfa_s"], cold["total_s"])
-    runs, audios = _timed_runs(engine, args, voice, cold)
+    runs, audios, arrivals = _timed_runs(engine, args, voice, cold_arrivals)
     np.save(args.out, audios[-1])
     # The memory-floor line's figures: the generator with nothing decoding beside it (in the
     # subprocess row, whose process holds no decoder).
@@ -128,6 +127,8 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         kv_cache_type=engine.generator.kv_cache_type,
         generator_alone=alone,
         whole_frames=whole,
+        # Each synthesis's chunks as they came (the warm-up's first), for ``bench prebuffer``
+        arrivals=[cold_arrivals, *arrivals],
     )
     return result
 
@@ -147,9 +148,11 @@ def _cloned_voice(engine: Any, args: argparse.Namespace) -> tuple[Any, float]:
     return voice, prompt_s
 
 
-def _warm_up(engine: Any, args: argparse.Namespace, voice: Any) -> tuple[dict[str, float], float]:
-    """The warm-up synthesis: its metrics, and the kazeia-decoder subprocess's peak RSS (MB; 0
-    without the subprocess).
+def _warm_up(
+    engine: Any, args: argparse.Namespace, voice: Any
+) -> tuple[dict[str, float], list[Chunk], float]:
+    """The warm-up synthesis: its metrics, its chunks' arrivals, and the kazeia-decoder
+    subprocess's peak RSS (MB; 0 without the subprocess).
 
     It runs the subprocess under PEAK_RSS_WRAPPER (not RUSAGE_CHILDREN of this process: Linux
     counts a forked child's pre-exec copy of the parent in it); the timed runs use the plain
@@ -167,28 +170,31 @@ def _warm_up(engine: Any, args: argparse.Namespace, voice: Any) -> tuple[dict[st
                 *command,
             ]
         warm = {"max_frames": args.warmup_frames} if args.warmup_frames else {}
-        cold, _, _ = _synthesis_run(engine, args, voice, **warm)
+        cold, _, arrivals = _synthesis_run(engine, args, voice, **warm)
         engine.decoder_command = command
         if peak_file.is_file():
             decoder_peak_mb = max(int(x) for x in peak_file.read_text().split()) / 1024.0
-    return cold, decoder_peak_mb
+    return cold, arrivals, decoder_peak_mb
 
 
 def _timed_runs(
-    engine: Any, args: argparse.Namespace, voice: Any, cold: dict[str, float]
-) -> tuple[list[dict[str, float]], list[np.ndarray]]:
-    """The ``--repeats`` timed syntheses: their metrics and audio; a streaming row's also with
-    a player's figures (``player.player_figures``)."""
-    rates = _warm_rates(cold) if args.chunk > 0 else None
+    engine: Any, args: argparse.Namespace, voice: Any, cold_arrivals: list[Chunk]
+) -> tuple[list[dict[str, float]], list[np.ndarray], list[list[Chunk]]]:
+    """The ``--repeats`` timed syntheses: their metrics, audio and chunks' arrivals; a streaming
+    row's metrics also with a player's figures (``player.player_figures``), its hold taught as
+    the service's (by the warm-up, then by each run before)."""
+    rates = warm_rates(cold_arrivals) if args.chunk > 0 else None
     runs: list[dict[str, float]] = []
     audios: list[np.ndarray] = []
+    every_arrivals: list[list[Chunk]] = []
     for i in range(args.repeats):
         metrics, audio, arrivals = _synthesis_run(engine, args, voice)
-        if rates is not None:  # its hold with what the syntheses before it taught
+        if rates is not None:
             metrics.update(player_figures(arrivals, rates, len(args.text)))
-            _learn(rates, metrics, len(args.text))
+            learn(rates, arrivals, len(args.text))
         runs.append(metrics)
         audios.append(audio)
+        every_arrivals.append(arrivals)
         logger.info(
             "run %d/%d: %d frames, %d chunks, first audio %.0f ms, total %.2f s (decoder %.2f, "
             "talker %.2f, code predictor %.2f)%s",
@@ -203,24 +209,7 @@ def _timed_runs(
             metrics["predictor_s"],
             _player_note(metrics),
         )
-    return runs, audios
-
-
-def _warm_rates(cold: dict[str, float]) -> SpeechRates:
-    """The prebuffer's rates after the warm-up, taught as the service teaches them."""
-    rates = SpeechRates()
-    _learn(rates, cold, None)
-    return rates
-
-
-def _learn(rates: SpeechRates, metrics: dict[str, float], chars: int | None) -> None:
-    """What the service learns from a finished synthesis (None: the warm-up, its rate only)."""
-    rates.learn(
-        chars,
-        metrics["audio_s"],
-        metrics["total_s"] - metrics["ttfa_s"],
-        metrics["largest_chunk_s"],
-    )
+    return runs, audios, every_arrivals
 
 
 def _player_note(metrics: dict[str, float]) -> str:

@@ -50,6 +50,26 @@ def let_out(chunks: Sequence[Chunk], hold: Prebuffer) -> list[Chunk]:
     return out
 
 
+def learn(rates: SpeechRates, chunks: Sequence[Chunk], chars: int | None) -> None:
+    """What the service learns from a finished synthesis, from its chunks' arrivals: its audio
+    over the time from its first chunk to its last, its longest chunk after the first
+    (``chars`` None: the warm-up, which teaches the rate only)."""
+    if chunks:
+        rates.learn(
+            chars,
+            sum(seconds for _, seconds in chunks),
+            chunks[-1][0] - chunks[0][0],
+            max((seconds for _, seconds in chunks[1:]), default=0.0),
+        )
+
+
+def warm_rates(warm_up: Sequence[Chunk]) -> SpeechRates:
+    """The rates a service has after its warm-up synthesis (these chunks)."""
+    rates = SpeechRates()
+    learn(rates, warm_up, None)
+    return rates
+
+
 def player_figures(chunks: Sequence[Chunk], rates: SpeechRates, chars: int) -> dict[str, float]:
     """One synthesis of ``chars`` characters played at real time: its underruns and seconds of
     silence as it comes, and through a Prebuffer with ``rates`` (as the service has learned

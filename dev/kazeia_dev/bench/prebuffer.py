@@ -1,0 +1,260 @@
+"""``script/bench prebuffer``: the service's hold (``wyoming_kazeia.pacing.Prebuffer``) on a box
+whose speed moves between answers.
+
+A number of answers are synthesized in one engine child (stream chunks, the default model)
+and their chunks' arrivals recorded, with a neighbour that comes and goes beside them if asked.
+Each recording is then replayed through the hold as the service would meet it (its rates taught
+by the warm-up, then by each answer before), at the speed it was recorded and at faster ones
+(every time divided by the speed: a faster box with the same jitter), and again with every
+n-th answer slowed down after its first chunk (a box that slowed down between answers, which
+its last answers could not tell). A player at real time counts the underruns
+(``player.underruns``); the hold's cost is the first audio's added delay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from wyoming_kazeia.pacing import Prebuffer
+
+from .common import (
+    BenchError,
+    default_cache_dir,
+    dev_child_env,
+    loadavg,
+    machine_info,
+    machine_line,
+    print_result,
+    run_json_child,
+    warn_if_busy,
+)
+from .competing_load import start_single_thread
+from .engine import add_model_options, add_synthesis_options, checked_model_dir
+from .engine_runs import engine_row_cmd
+from .player import Chunk, learn, let_out, underruns, warm_rates
+
+# A neighbour that comes and goes: busy for 0.5-3 s, then idle for 0.5-3 s, until its deadline
+# (argv[1], seconds).
+NEIGHBOUR = (
+    "import random, sys, time\n"
+    "end = time.monotonic() + float(sys.argv[1])\n"
+    "while time.monotonic() < end:\n"
+    "    busy = time.monotonic() + random.uniform(0.5, 3.0)\n"
+    "    while time.monotonic() < min(busy, end):\n"
+    "        pass\n"
+    "    time.sleep(random.uniform(0.5, 3.0))\n"
+)
+# Bound of the recording child: generous for a slow box (a 40-frame answer takes 3-5 s on 2
+# cores), the neighbour's deadline the same.
+RECORD_S_PER_FRAME = 0.5
+RECORD_MIN_S = 120.0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "prebuffer",
+        help="the service's hold on answers recorded here, replayed faster and with some "
+        "answers slowed down: underruns and the first audio's added delay",
+        description=(
+            "Record --answers streamed syntheses of the default model in one engine child "
+            "(optionally beside a neighbour that is busy and idle by turns), then replay their "
+            "chunks' arrivals through the service's prebuffer (its rates taught as the "
+            "service's) at each of --speeds, as recorded and with one answer in --slow-every "
+            "--slow times slower after its first chunk; a player at real time counts the "
+            "underruns. Prints a markdown table (or JSON with --json) on stdout."
+        ),
+    )
+    add_model_options(p)
+    add_synthesis_options(p)
+    p.add_argument("--answers", type=int, default=30, help="answers recorded (default 30)")
+    p.add_argument("--chunk", type=int, default=4, help="stream_chunk (default 4)")
+    p.add_argument(
+        "--neighbour",
+        action="store_true",
+        help="record beside a single-thread process busy for 0.5-3 s, then idle for 0.5-3 s, "
+        "by turns",
+    )
+    p.add_argument(
+        "--speeds",
+        default="1,1.3,1.6,2",
+        help="comma-separated speed-ups of the replays (default 1,1.3,1.6,2)",
+    )
+    p.add_argument(
+        "--slow-every",
+        type=int,
+        default=3,
+        help="in the slowed replays, one answer in this many is slowed (default 3)",
+    )
+    p.add_argument(
+        "--slow",
+        type=float,
+        default=1.45,
+        help="how much slower those answers are after their first chunk (default 1.45)",
+    )
+    p.add_argument("--save", type=Path, help="write the recording here (JSON)")
+    p.add_argument("--replay", type=Path, help="replay this recording instead of recording")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=bench_prebuffer)
+
+
+def bench_prebuffer(args: argparse.Namespace) -> int:
+    speeds = _checked_speeds(args)
+    machine = machine_info()
+    if args.replay is not None:
+        recording = _read_recording(args.replay)
+    else:
+        warn_if_busy(machine)
+        recording = _record(args)
+        if args.save is not None:
+            args.save.write_text(json.dumps(recording))
+    machine["loadavg_at_end"] = loadavg()
+    replays = [
+        {"speed": speed, "slow_every": every, **replay(recording, speed, every, args.slow)}
+        for speed in speeds
+        for every in (0, args.slow_every)
+    ]
+    result = {
+        "bench": "prebuffer",
+        "machine": machine,
+        "recording": {k: v for k, v in recording.items() if k != "arrivals"},
+        "slow": args.slow,
+        "replays": replays,
+    }
+    return print_result(result, prebuffer_table, args.json)
+
+
+def _checked_speeds(args: argparse.Namespace) -> list[float]:
+    try:
+        speeds = [float(s) for s in args.speeds.split(",")]
+    except ValueError as err:
+        raise BenchError(f"--speeds: not a list of numbers: {args.speeds!r}") from err
+    if min(speeds) <= 0 or args.slow < 1 or args.slow_every < 1:
+        raise BenchError("--speeds must be > 0, --slow >= 1 and --slow-every >= 1")
+    if args.replay is None and (args.answers < 1 or args.chunk < 1 or args.frames < 1):
+        raise BenchError("--answers, --chunk and --frames must be >= 1")
+    return speeds
+
+
+def _read_recording(path: Path) -> dict[str, Any]:
+    try:
+        recording: dict[str, Any] = json.loads(path.read_text())
+        arrivals = recording["arrivals"]
+        int(recording["chars"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise BenchError(f"--replay {path}: not a recording of this bench ({err})") from err
+    if len(arrivals) < 2 or not all(arrivals):
+        raise BenchError(f"--replay {path}: a warm-up and at least one answer, each with chunks")
+    return recording
+
+
+def _record(args: argparse.Namespace) -> dict[str, Any]:
+    """The answers' arrivals (the warm-up's first), from one engine child."""
+    model_dir = checked_model_dir(args, args.cache_dir or default_cache_dir())
+    bound_s = max(RECORD_MIN_S, RECORD_S_PER_FRAME * args.frames * (args.answers + 1))
+    env = dev_child_env()
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(args.threads)
+    with (
+        tempfile.TemporaryDirectory(prefix="kazeia-bench-") as tmp,
+        _neighbour(args.neighbour, bound_s),
+    ):
+        cmd = engine_row_cmd(
+            args, model_dir, args.chunk, False, args.answers, Path(tmp) / "audio.npy"
+        )
+        row = run_json_child(cmd, "prebuffer: recording", env, timeout=bound_s)
+    return {
+        "model_dir": str(model_dir),
+        "chunk": args.chunk,
+        "frames": args.frames,
+        "neighbour": args.neighbour,
+        "decoder_precision": args.decoder_precision,
+        "chars": len(args.text),
+        "rtf": row["rtf"],
+        "arrivals": row["arrivals"],
+    }
+
+
+@contextlib.contextmanager
+def _neighbour(wanted: bool, bound_s: float) -> Iterator[None]:
+    """The neighbour that comes and goes, for the duration of the block (if wanted)."""
+    if not wanted:
+        yield
+        return
+    proc = start_single_thread(NEIGHBOUR, f"{bound_s:.0f}")
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def slowed(chunks: Sequence[Chunk], factor: float) -> list[Chunk]:
+    """The chunks of an answer `factor` times slower after its first chunk."""
+    if not chunks:
+        return []
+    first = chunks[0][0]
+    return [(first + (at - first) * factor, seconds) for at, seconds in chunks]
+
+
+def replay(
+    recording: dict[str, Any], speed: float, slow_every: int, slow: float
+) -> dict[str, float]:
+    """The recording's answers through the hold at `speed` times their speed, every
+    `slow_every`-th answer `slow` times slower after its first chunk (0: none): the answers
+    that ran dry, the underruns in all, the hold's median and most (seconds)."""
+
+    def at_speed(chunks: Sequence[Sequence[float]]) -> list[Chunk]:
+        return [(at / speed, seconds) for at, seconds in chunks]
+
+    chars = int(recording["chars"])
+    warm_up, *answers = recording["arrivals"]
+    rates = warm_rates(at_speed(warm_up))
+    dry = total = 0
+    held: list[float] = []
+    for i, answer in enumerate(answers):
+        chunks = at_speed(answer)
+        if slow_every and i % slow_every == slow_every - 1:
+            chunks = slowed(chunks, slow)
+        hold = Prebuffer(rates, chars)
+        count, _ = underruns(let_out(chunks, hold))
+        dry, total = dry + (count > 0), total + count
+        held.append(hold.held_s)
+        learn(rates, chunks, chars)
+    return {
+        "answers": len(answers),
+        "answers_dry": dry,
+        "underruns": total,
+        "held_median_s": statistics.median(held),
+        "held_max_s": max(held),
+    }
+
+
+def prebuffer_table(result: dict[str, Any]) -> str:
+    rec = result["recording"]
+    lines = [
+        machine_line(result["machine"]),
+        f"Recording: {rec['model_dir']}, stream chunk {rec['chunk']}, {rec['frames']} frames an "
+        f"answer, decoder {rec['decoder_precision']}, "
+        f"{'beside a neighbour busy and idle by turns' if rec['neighbour'] else 'alone'}; "
+        f"median RTF {rec['rtf']:.2f}. Replayed through the service's prebuffer at each speed "
+        f"(every time divided by it), as recorded and with one answer in n "
+        f"{result['slow']:g}x slower after its first chunk; a player at real time.",
+        "",
+        "| speed | slowed answers | answers that ran dry | underruns | first audio held, "
+        "median s | most s |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in result["replays"]:
+        slowed_note = f"1 in {r['slow_every']}" if r["slow_every"] else "none"
+        lines.append(
+            f"| {r['speed']:g}x | {slowed_note} | {r['answers_dry']} of {r['answers']} "
+            f"| {r['underruns']} | {r['held_median_s']:.2f} | {r['held_max_s']:.2f} |"
+        )
+    return "\n".join(lines)
