@@ -291,9 +291,18 @@ def test_the_prebuffer_bench_replays_a_saved_recording_and_rejects_another_file(
                 f"| {r['held_median_s']:.2f} | {r['held_max_s']:.2f} |"
             )
     assert table[1:] == expected
-    (tmp_path / "other.json").write_text("{}")
-    run = bench("prebuffer", "--replay", str(tmp_path / "other.json"))
-    assert run.returncode == 1 and "not a recording of this bench" in run.stderr
+    for name, other in (
+        ("empty", {}),
+        ("not-a-list", {**recording, "arrivals": 5}),
+        ("not-pairs", {**recording, "arrivals": [[[0.1, 0.08, 1]], [[0.1]]]}),
+        ("no-model", {k: v for k, v in recording.items() if k != "model_dir"}),
+    ):
+        (tmp_path / f"{name}.json").write_text(json.dumps(other))
+        run = bench("prebuffer", "--replay", str(tmp_path / f"{name}.json"))
+        assert run.returncode == 1 and "not a recording of this bench" in run.stderr, name
+        assert "Traceback" not in run.stderr, name
+    run = bench("prebuffer", "--replay", str(tmp_path / "missing.json"))
+    assert run.returncode == 1 and "No such file" in run.stderr
 
 
 def test_the_prebuffer_table_has_a_line_per_streaming_row() -> None:

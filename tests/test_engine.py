@@ -69,6 +69,9 @@ def test_streamed_equals_one_shot(engine: Engine, chunk: int) -> None:
     assert len(chunks[0]) == 1920
     assert all(len(c) == chunk * 1920 for c in chunks[1:-1])
     assert s.metrics.n_chunks == 1 + -(-39 // chunk)
+    # What the prebuffer learns from: the first chunk's audio and the longest after it.
+    assert s.metrics.first_chunk_s == pytest.approx(0.08)
+    assert s.metrics.largest_chunk_s == pytest.approx(min(chunk, 39) * 0.08)
     streamed = np.concatenate(chunks)
     assert streamed.shape == one_shot.shape
     assert np.abs(streamed.astype(np.int32) - one_shot).max() <= 1

@@ -66,8 +66,8 @@ def test_a_box_that_slowed_down_since_the_last_answers_holds_by_this_ones_rate(
     total_s: float,
 ) -> None:
     """The last answers came at 1.3x real time, this one at 0.85x (other work started beside
-    it): let out on the last answers' rate, its first audio went with its second chunk and the
-    player ran dry all along (8 and 91 times); the answer's own rate so far, lower, holds it."""
+    it): let out on the last answers' rate, its first audio would go with its second chunk and
+    the player run dry all along; the answer's own rate so far, lower, holds it."""
     prior, rate, chars = 1.3, 0.85, round(total_s / 0.07)
     rates = SpeechRates()
     rates.learn(chars, total_s, total_s / prior, CHUNK_S)
@@ -76,6 +76,20 @@ def test_a_box_that_slowed_down_since_the_last_answers_holds_by_this_ones_rate(
     assert count == 0
     r = rate / MARGIN  # held about as long as this answer's rate asks, not more
     assert held <= ((1 - r) * total_s + CHUNK_S / r) / rate + CHUNK_S / rate
+
+
+def test_an_answer_that_starts_faster_than_the_last_ones_holds_by_theirs() -> None:
+    """The last answers came at 0.7x real time; this one's second chunk comes as fast as 1.5x
+    would bring it. One chunk tells little: the hold takes the lower rate, the last answers'."""
+    total_s, chars = 10.0, 140
+    rates = SpeechRates()
+    rates.learn(chars, total_s, total_s / 0.7, CHUNK_S)
+    hold = Prebuffer(rates, chars)
+    hold.add(FIRST_S, 1.0)
+    hold.add(CHUNK_S, 1.0 + CHUNK_S / 1.5)
+    now = 1.0 + CHUNK_S / 1.5
+    assert hold.rate(now) == pytest.approx(0.7)
+    assert not hold.ready(now)
 
 
 @pytest.mark.parametrize("rate", [0.5, 0.8])
@@ -193,6 +207,14 @@ def test_rates_follow_the_finished_syntheses() -> None:
     assert spc == pytest.approx(0.1) and rate is not None and 0.5 < rate < 1.0 and chunk_s == 0.16
     rates.learn(0, 0.0, 0.0)  # nothing spoken: nothing learned
     assert rates.snapshot() == (spc, rate, chunk_s)
+
+
+def test_the_learned_rate_counts_what_came_after_the_first_chunk() -> None:
+    """As an answer's own rate does: 3.2 s of audio, 0.08 s of it in the first chunk, the rest
+    in 3.12 s after it is real time, not 3.2 / 3.12; its characters count all of it."""
+    rates = SpeechRates()
+    rates.learn(40, 3.2, 3.12, CHUNK_S, 0.08)
+    assert rates.snapshot() == (pytest.approx(0.08), pytest.approx(1.0), CHUNK_S)
 
 
 # -- through the real server, on a box slower than real time ---------------------------------

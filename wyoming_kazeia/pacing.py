@@ -10,8 +10,9 @@ character of the service's finished syntheses.
 Until an answer has made enough audio for its own rate, r is the last syntheses' rate, or the
 answer's rate so far where that is lower: a box that slowed down since (other work started
 beside it) would otherwise let the first audio go on a rate it no longer has, and run dry for
-the rest of the answer, however long. The rate so far understates the steady one a little (the
-first chunk after the first frame also waits for its decoding), so a box near the margin holds a
+the rest of the answer, however long. Both count the audio after an answer's first chunk over
+the time since it came. The rate so far mostly understates the steady one a little (the chunk
+after the first frame also waits for that frame's decoding), so a box near the margin holds a
 chunk or two more than it needs.
 
 Audio comes in chunks (a stream's first is one frame, the next ones a few), so the audio at hand
@@ -39,7 +40,7 @@ LEARNING_WEIGHT = 0.3
 MARGIN = 1.15
 PAD_S = 0.3
 # The rate of an answer is its own once this much audio has come after its first chunk (before
-# that, the rate of the last syntheses is taken, if any).
+# that, the lower of the last syntheses' rate, if any, and the answer's own so far).
 MEASURED_AFTER_S = 1.0
 # At most this much audio is held: a longer wait would be a failure of its own (the client's
 # patience, the server's memory), so a very long answer on a very slow box starts then and may
@@ -61,11 +62,20 @@ class SpeechRates:
         self._lock = threading.Lock()
         self._spoken = False  # a synthesis taught seconds_per_char (the default is replaced)
 
-    def learn(self, chars: int | None, audio_s: float, wall_s: float, chunk_s: float = 0.0) -> None:
-        """One finished synthesis: `audio_s` of audio produced in `wall_s` after its first
-        chunk, from `chars` characters (None: a synthesis cut short, which tells the rate
-        only), its longest chunk after the first `chunk_s` seconds of audio (0: one piece)."""
-        if audio_s <= 0 or wall_s <= 0:
+    def learn(
+        self,
+        chars: int | None,
+        audio_s: float,
+        wall_s: float,
+        chunk_s: float = 0.0,
+        first_s: float = 0.0,
+    ) -> None:
+        """One finished synthesis of `audio_s` seconds of audio from `chars` characters (None:
+        a synthesis cut short, which tells the rate only): `first_s` of it in its first chunk,
+        the rest made in the `wall_s` seconds after that chunk; its longest chunk after the
+        first `chunk_s` seconds of audio (0: one piece). Its rate counts what came after the
+        first chunk, as a Prebuffer measures an answer's own."""
+        if audio_s - first_s <= 0 or wall_s <= 0:
             return
         with self._lock:
             self.chunk_s = chunk_s
@@ -76,7 +86,7 @@ class SpeechRates:
                     per_char - self.seconds_per_char
                 )
                 self._spoken = True
-            rate = audio_s / wall_s
+            rate = (audio_s - first_s) / wall_s
             previous = self.production_rate
             self.production_rate = rate if previous is None else previous + w * (rate - previous)
 

@@ -442,7 +442,9 @@ class TtsService:
         _LOGGER.debug("synthesis for %s %s", peer, "cancelled" if cancelled else "ended complete")
         if not cancelled:
             m = synthesis.metrics
-            self.rates.learn(len(text), m.audio_s, m.total_s - m.ttfa_s, m.largest_chunk_s)
+            self.rates.learn(
+                len(text), m.audio_s, m.total_s - m.ttfa_s, m.largest_chunk_s, m.first_chunk_s
+            )
             job.call(self._finished, m)
 
     def _engine_for(self, stored: str | None) -> Engine:

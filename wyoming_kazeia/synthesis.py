@@ -56,7 +56,9 @@ class SynthesisMetrics:
     # for a frame computed whole
     computations: int = 0
     decoder_s: float = 0.0
-    # Seconds of audio of the longest chunk after the first (a stream chunk: the prebuffer's step)
+    # Seconds of audio of the first chunk, and of the longest after it (a stream chunk: the
+    # prebuffer's step)
+    first_chunk_s: float = 0.0
     largest_chunk_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -247,10 +249,11 @@ class Pipeline:
     def _emit(self, wav: np.ndarray | None) -> None:
         if wav is None:  # cancelled
             return
+        seconds = len(wav) / self._engine.sample_rate
         if self.metrics.n_chunks == 0:
             self.metrics.ttfa_s = time.monotonic() - self._start
+            self.metrics.first_chunk_s = seconds
         else:
-            seconds = len(wav) / self._engine.sample_rate
             self.metrics.largest_chunk_s = max(self.metrics.largest_chunk_s, seconds)
         self.metrics.n_chunks += 1
         self._chunks.put(to_pcm16(wav))

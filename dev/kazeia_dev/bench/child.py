@@ -59,6 +59,9 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--language", default="english")
     p.add_argument("--out", type=Path, required=True, help="npy file: the last run's audio")
     p.add_argument(
+        "--arrivals", action="store_true", help="also every synthesis's chunks' arrivals"
+    )
+    p.add_argument(
         "--clone",
         choices=("xvec", "icl"),
         help="speak with a voice cloned from a --ref-seconds recording (model_dir: a Base model)",

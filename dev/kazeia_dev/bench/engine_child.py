@@ -127,9 +127,9 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
         kv_cache_type=engine.generator.kv_cache_type,
         generator_alone=alone,
         whole_frames=whole,
-        # Each synthesis's chunks as they came (the warm-up's first), for ``bench prebuffer``
-        arrivals=[cold_arrivals, *arrivals],
     )
+    if args.arrivals:  # each synthesis's chunks as they came, the warm-up's first
+        result["arrivals"] = [cold_arrivals, *arrivals]
     return result
 
 

@@ -51,15 +51,16 @@ def let_out(chunks: Sequence[Chunk], hold: Prebuffer) -> list[Chunk]:
 
 
 def learn(rates: SpeechRates, chunks: Sequence[Chunk], chars: int | None) -> None:
-    """What the service learns from a finished synthesis, from its chunks' arrivals: its audio
-    over the time from its first chunk to its last, its longest chunk after the first
-    (``chars`` None: the warm-up, which teaches the rate only)."""
+    """What the service learns from a finished synthesis (``chars`` None: the warm-up, which
+    teaches the rate only), from its chunks' arrivals: the service takes the synthesis's end
+    where this takes its last chunk's arrival."""
     if chunks:
         rates.learn(
             chars,
             sum(seconds for _, seconds in chunks),
             chunks[-1][0] - chunks[0][0],
             max((seconds for _, seconds in chunks[1:]), default=0.0),
+            chunks[0][1],
         )
 
 

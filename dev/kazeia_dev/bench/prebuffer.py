@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,10 +53,13 @@ NEIGHBOUR = (
     "        pass\n"
     "    time.sleep(random.uniform(0.5, 3.0))\n"
 )
-# Bound of the recording child: generous for a slow box (a 40-frame answer takes 3-5 s on 2
-# cores), the neighbour's deadline the same.
+# Bound of the recording child, generous for a box several times slower than real time (a
+# frame is 80 ms of audio); the neighbour's deadline the same.
 RECORD_S_PER_FRAME = 0.5
 RECORD_MIN_S = 120.0
+# What a replay reads of a saved recording.
+RECORDING_FIELDS = ("arrivals", "chars", "model_dir", "chunk", "frames", "neighbour",
+                    "decoder_precision", "rtf")  # fmt: skip
 
 
 def add_parser(subparsers: Any) -> None:
@@ -105,16 +110,13 @@ def add_parser(subparsers: Any) -> None:
 
 
 def bench_prebuffer(args: argparse.Namespace) -> int:
-    speeds = _checked_speeds(args)
-    machine = machine_info()
+    speeds = _checked_options(args)
     if args.replay is not None:
         recording = _read_recording(args.replay)
     else:
-        warn_if_busy(machine)
         recording = _record(args)
         if args.save is not None:
             args.save.write_text(json.dumps(recording))
-    machine["loadavg_at_end"] = loadavg()
     replays = [
         {"speed": speed, "slow_every": every, **replay(recording, speed, every, args.slow)}
         for speed in speeds
@@ -122,36 +124,47 @@ def bench_prebuffer(args: argparse.Namespace) -> int:
     ]
     result = {
         "bench": "prebuffer",
-        "machine": machine,
         "recording": {k: v for k, v in recording.items() if k != "arrivals"},
         "slow": args.slow,
+        "slow_every": args.slow_every,
         "replays": replays,
     }
     return print_result(result, prebuffer_table, args.json)
 
 
-def _checked_speeds(args: argparse.Namespace) -> list[float]:
+def _checked_options(args: argparse.Namespace) -> list[float]:
+    """``--speeds``, once every option is checked."""
     try:
         speeds = [float(s) for s in args.speeds.split(",")]
     except ValueError as err:
         raise BenchError(f"--speeds: not a list of numbers: {args.speeds!r}") from err
-    if min(speeds) <= 0 or args.slow < 1 or args.slow_every < 1:
-        raise BenchError("--speeds must be > 0, --slow >= 1 and --slow-every >= 1")
+    if not all(math.isfinite(s) and s > 0 for s in speeds) or not args.slow >= 1:
+        raise BenchError("--speeds must be finite and > 0, --slow >= 1")
+    if args.slow_every < 1:
+        raise BenchError("--slow-every must be >= 1")
+    if args.replay is not None and (args.save is not None or args.neighbour):
+        raise BenchError("--save and --neighbour are for a recording, not for --replay")
     if args.replay is None and (args.answers < 1 or args.chunk < 1 or args.frames < 1):
         raise BenchError("--answers, --chunk and --frames must be >= 1")
     return speeds
 
 
 def _read_recording(path: Path) -> dict[str, Any]:
+    """A recording saved by ``--save``, its arrivals checked."""
     try:
-        recording: dict[str, Any] = json.loads(path.read_text())
-        arrivals = recording["arrivals"]
-        int(recording["chars"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise BenchError(f"--replay {path}: not a recording of this bench ({err})") from err
-    if len(arrivals) < 2 or not all(arrivals):
+        text = path.read_text()
+    except OSError as err:
+        raise BenchError(f"--replay {path}: {err.strerror or err}") from err
+    try:
+        recording = json.loads(text)
+        fields = {k: recording[k] for k in RECORDING_FIELDS}
+        int(fields["chars"])
+        answers = [[(float(at), float(seconds)) for at, seconds in a] for a in fields["arrivals"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise BenchError(f"--replay {path}: not a recording of this bench ({err!r})") from err
+    if len(answers) < 2 or not all(answers):
         raise BenchError(f"--replay {path}: a warm-up and at least one answer, each with chunks")
-    return recording
+    return {**recording, "arrivals": answers}
 
 
 def _record(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,6 +174,8 @@ def _record(args: argparse.Namespace) -> dict[str, Any]:
     env = dev_child_env()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = str(args.threads)
+    machine = machine_info()
+    warn_if_busy(machine)
     with (
         tempfile.TemporaryDirectory(prefix="kazeia-bench-") as tmp,
         _neighbour(args.neighbour, bound_s),
@@ -168,8 +183,11 @@ def _record(args: argparse.Namespace) -> dict[str, Any]:
         cmd = engine_row_cmd(
             args, model_dir, args.chunk, False, args.answers, Path(tmp) / "audio.npy"
         )
-        row = run_json_child(cmd, "prebuffer: recording", env, timeout=bound_s)
+        row = run_json_child([*cmd, "--arrivals"], "prebuffer: recording", env, timeout=bound_s)
+    machine["loadavg_at_end"] = loadavg()
     return {
+        "machine": machine,
+        "recorded_at": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
         "model_dir": str(model_dir),
         "chunk": args.chunk,
         "frames": args.frames,
@@ -238,14 +256,17 @@ def replay(
 
 def prebuffer_table(result: dict[str, Any]) -> str:
     rec = result["recording"]
+    machine = rec.get("machine")
     lines = [
-        machine_line(result["machine"]),
-        f"Recording: {rec['model_dir']}, stream chunk {rec['chunk']}, {rec['frames']} frames an "
+        machine_line(machine) if machine else "Machine: not in the recording",
+        f"Recording{' of ' + rec['recorded_at'] if 'recorded_at' in rec else ''}: "
+        f"{rec['model_dir']}, stream chunk {rec['chunk']}, {rec['frames']} frames an "
         f"answer, decoder {rec['decoder_precision']}, "
         f"{'beside a neighbour busy and idle by turns' if rec['neighbour'] else 'alone'}; "
-        f"median RTF {rec['rtf']:.2f}. Replayed through the service's prebuffer at each speed "
-        f"(every time divided by it), as recorded and with one answer in n "
-        f"{result['slow']:g}x slower after its first chunk; a player at real time.",
+        f"median RTF {rec['rtf']:.2f}. Replayed through this build's prebuffer at each speed "
+        f"(every time divided by it), as recorded and with one answer in "
+        f"{result['slow_every']} {result['slow']:g}x slower after its first chunk; a player "
+        f"at real time.",
         "",
         "| speed | slowed answers | answers that ran dry | underruns | first audio held, "
         "median s | most s |",

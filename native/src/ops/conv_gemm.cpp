@@ -554,9 +554,8 @@ void conv_winograd_kernel(ggml_tensor *dst, int ith, int nth, void *userdata) {
 }
 
 // Rows [row, row + n_rows) of a weight as the file holds it (f16 or f32: conv_gemm_supported)
-// in f32: its own memory for f32, else widened into `buf`. A row at a time, not a value:
-// ggml's one-value conversion is a call into another library, which made it most of a bf16
-// decoder's load time.
+// in f32: its own memory for f32, else widened into `buf`. Rows at a time, not a value at a
+// time: ggml's one-value conversion is a call into another library for every value.
 const float *weight_rows(const ggml_tensor *w, int64_t row, int64_t n_rows,
                          std::vector<float> &buf) {
     const int64_t K = w->ne[0];
