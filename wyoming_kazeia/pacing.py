@@ -11,9 +11,9 @@ Until an answer has made enough audio for its own rate, r is the last syntheses'
 answer's rate so far where that is lower: a box that slowed down since (other work started
 beside it) would otherwise let the first audio go on a rate it no longer has, and run dry for
 the rest of the answer, however long. Both count the audio after an answer's first chunk over
-the time since it came. The rate so far mostly understates the steady one a little (the chunk
-after the first frame also waits for that frame's decoding), so a box near the margin holds a
-chunk or two more than it needs.
+the time since it came. The rate so far mostly understates the steady one (the second chunk's
+frames are made, then decoded; later chunks are decoded while the next ones are made), so a box
+near the margin holds a chunk or two more than it needs.
 
 Audio comes in chunks (a stream's first is one frame, the next ones a few), so the audio at hand
 must also last while the next chunk is made, C / r for a chunk of C seconds, or the player runs
