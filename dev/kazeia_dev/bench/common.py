@@ -281,6 +281,15 @@ def _ensure_part(
 BUILD_DIR_S = 3600
 
 
+def blas_threads_env(threads: int) -> dict[str, str]:
+    """This process's environment with numpy's BLAS (OpenMP, MKL, OpenBLAS) held to `threads`
+    threads: a measured child or a load process beside it takes no more cores than asked."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    return env
+
+
 def dev_child_env() -> dict[str, str]:
     """This process's environment with dev/ first on PYTHONPATH: a child started with
     ``-m kazeia_dev...`` imports it whether the caller is script/bench or pytest (whose

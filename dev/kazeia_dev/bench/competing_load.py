@@ -1,4 +1,5 @@
-"""The competing CPU load the engine bench runs its rows beside (``script/bench engine``)."""
+"""The competing CPU load the engine bench runs its rows beside (``script/bench engine``), and
+the neighbour ``script/bench prebuffer`` records beside."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .common import BenchError
+from .common import BenchError, blas_threads_env
 
 # One competing-load process: `python -c PROGRAM DEADLINE_S`. The deadline bounds it even if the
 # bench itself is killed (the bench also kills it at the end of every row, and on Linux the
@@ -33,7 +34,18 @@ LOAD_PROGRAMS = {
         "while time.monotonic() < end:\n"
         "    np.matmul(a, a, out=b)\n"
     ),
+    # A neighbour that comes and goes: busy for 0.5-3 s, then idle for 0.5-3 s, by turns
+    "comes-and-goes": (
+        "import random, sys, time\n"
+        "end = time.monotonic() + float(sys.argv[1])\n"
+        "while time.monotonic() < end:\n"
+        "    busy = time.monotonic() + random.uniform(0.5, 3.0)\n"
+        "    while time.monotonic() < min(busy, end):\n"
+        "        pass\n"
+        "    time.sleep(random.uniform(0.5, 3.0))\n"
+    ),
 }
+NEIGHBOUR = "comes-and-goes"  # the prebuffer bench's neighbour
 LOAD_MIN_S = 60.0  # bounds of one loaded row (the load processes' deadline, the child's timeout)
 LOAD_MAX_S = 600.0
 
@@ -49,14 +61,11 @@ def start_single_thread(
 ) -> subprocess.Popen[bytes]:
     """``python -c PROGRAM ARGS...`` as a single-thread process beside the engine (numpy's BLAS
     held to one thread), without stdin or stdout, killed when the bench dies."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = "1"
     return subprocess.Popen(
         [sys.executable, "-c", program, *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        env=env,
+        env=blas_threads_env(1),
         pass_fds=pass_fds,
         preexec_fn=_die_with_parent,
     )

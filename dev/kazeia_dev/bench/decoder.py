@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from .common import (
     BenchError,
     add_official_args,
     bf16_peak_note,
+    blas_threads_env,
     decoder_facts,
     default_cache_dir,
     ensure_model,
@@ -219,9 +219,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     shape = (frames, facts["kazeia.decoder.num_quantizers"])
     codes = rng.integers(0, facts["kazeia.decoder.codebook_size"], size=shape, dtype=np.int64)
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(args.threads)
+    env = blas_threads_env(args.threads)
 
     rows: dict[str, dict[str, Any]] = {}
     wavs: dict[str, np.ndarray] = {}

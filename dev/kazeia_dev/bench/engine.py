@@ -8,7 +8,6 @@ Its command line and its run: the rows are measured in ``engine_runs`` (each in 
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from wyoming_kazeia.settings import PARTS, QUANT_TYPES, EngineSettings, usable_c
 from .common import (
     GEN_SENTENCE,
     BenchError,
+    blas_threads_env,
     decoder_facts,
     default_cache_dir,
     ensure_model,
@@ -182,8 +182,8 @@ def _add_load_options(p: argparse.ArgumentParser) -> None:
         "--load-kind",
         choices=tuple(LOAD_PROGRAMS),
         default="spin",
-        help="spin: a pure Python busy loop; matmul: a one-thread numpy 512x512 matmul loop "
-        "(default spin)",
+        help="spin: a pure Python busy loop; matmul: a one-thread numpy 512x512 matmul loop; "
+        "comes-and-goes: a busy loop for 0.5-3 s, then idle for 0.5-3 s, by turns (default spin)",
     )
     p.add_argument(
         "--voices",
@@ -238,9 +238,7 @@ def bench_engine(args: argparse.Namespace) -> int:
     model_dir = checked_model_dir(args, cache_dir)
     audio_s = args.frames * frame_seconds(decoder_facts(model_dir))
 
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(args.threads)
+    env = blas_threads_env(args.threads)
     configs = row_configs(chunks)
     clones: dict[str, Clone] = {}
     base_dir = None

@@ -23,6 +23,7 @@ from .common import (
     WARMUP_FRAMES,
     BenchError,
     add_official_args,
+    blas_threads_env,
     decoder_facts,
     default_cache_dir,
     ensure_talker,
@@ -175,9 +176,7 @@ def bench_generate(args: argparse.Namespace) -> int:
     ids, ids_source = prompt_ids(tokenizer_dir, args.text)
     logger.info("prompt: %d token ids (%s)", len(ids), ids_source)
 
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(args.threads)
+    env = blas_threads_env(args.threads)
     rows: dict[str, dict[str, Any]] = {}
     for name, gguf in talkers.items():
         cmd = [

@@ -20,7 +20,7 @@ import math
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from wyoming_kazeia.pacing import Prebuffer
 
 from .common import (
     BenchError,
+    blas_threads_env,
     default_cache_dir,
-    dev_child_env,
     loadavg,
     machine_info,
     machine_line,
@@ -37,22 +37,11 @@ from .common import (
     run_json_child,
     warn_if_busy,
 )
-from .competing_load import start_single_thread
+from .competing_load import NEIGHBOUR, competing_load
 from .engine import add_model_options, add_synthesis_options, checked_model_dir
 from .engine_runs import engine_row_cmd
 from .player import Chunk, learn, let_out, underruns, warm_rates
 
-# A neighbour that comes and goes: busy for 0.5-3 s, then idle for 0.5-3 s, until its deadline
-# (argv[1], seconds).
-NEIGHBOUR = (
-    "import random, sys, time\n"
-    "end = time.monotonic() + float(sys.argv[1])\n"
-    "while time.monotonic() < end:\n"
-    "    busy = time.monotonic() + random.uniform(0.5, 3.0)\n"
-    "    while time.monotonic() < min(busy, end):\n"
-    "        pass\n"
-    "    time.sleep(random.uniform(0.5, 3.0))\n"
-)
 # Bound of the recording child, generous for a box several times slower than real time (a
 # frame is 80 ms of audio); the neighbour's deadline the same.
 RECORD_S_PER_FRAME = 0.5
@@ -171,14 +160,12 @@ def _record(args: argparse.Namespace) -> dict[str, Any]:
     """The answers' arrivals (the warm-up's first), from one engine child."""
     model_dir = checked_model_dir(args, args.cache_dir or default_cache_dir())
     bound_s = max(RECORD_MIN_S, RECORD_S_PER_FRAME * args.frames * (args.answers + 1))
-    env = dev_child_env()
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(args.threads)
+    env = blas_threads_env(args.threads)  # main() put dev/ on this process's PYTHONPATH
     machine = machine_info()
     warn_if_busy(machine)
     with (
         tempfile.TemporaryDirectory(prefix="kazeia-bench-") as tmp,
-        _neighbour(args.neighbour, bound_s),
+        competing_load(1, NEIGHBOUR, bound_s) if args.neighbour else contextlib.nullcontext(),
     ):
         cmd = engine_row_cmd(
             args, model_dir, args.chunk, False, args.answers, Path(tmp) / "audio.npy"
@@ -197,20 +184,6 @@ def _record(args: argparse.Namespace) -> dict[str, Any]:
         "rtf": row["rtf"],
         "arrivals": row["arrivals"],
     }
-
-
-@contextlib.contextmanager
-def _neighbour(wanted: bool, bound_s: float) -> Iterator[None]:
-    """The neighbour that comes and goes, for the duration of the block (if wanted)."""
-    if not wanted:
-        yield
-        return
-    proc = start_single_thread(NEIGHBOUR, f"{bound_s:.0f}")
-    try:
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def slowed(chunks: Sequence[Chunk], factor: float) -> list[Chunk]:
