@@ -258,6 +258,10 @@ def test_the_hold_keeps_a_box_that_slowed_down_between_answers_from_running_dry(
     assert jolted["held_max_s"] > steady["held_max_s"]  # the slowed ones held longer
     # Replayed twice as fast, the same answers hold less.
     assert replay(recording, 2.0, 0, 1.45)["held_median_s"] < steady["held_median_s"]
+    # No hold is shorter than the least that kept its answer from running dry.
+    assert 0 < steady["least_median_s"] <= steady["held_median_s"]
+    all_slowed = replay(recording, 1.0, 1, 1.45)
+    assert steady["least_median_s"] < all_slowed["least_median_s"] <= all_slowed["held_median_s"]
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -288,7 +292,8 @@ def test_the_prebuffer_bench_replays_a_saved_recording_and_rejects_another_file(
             r = replay(recording, speed, every, 1.45)
             expected.append(
                 f"| {speed:g}x | {said} | {r['answers_dry']} of 3 | {r['underruns']} "
-                f"| {r['held_median_s']:.2f} | {r['held_max_s']:.2f} |"
+                f"| {r['held_median_s']:.2f} | {r['held_max_s']:.2f} "
+                f"| {r['least_median_s']:.2f} |"
             )
     assert table[1:] == expected
     for name, other in (

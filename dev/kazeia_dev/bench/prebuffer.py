@@ -199,7 +199,8 @@ def replay(
 ) -> dict[str, float]:
     """The recording's answers through the hold at `speed` times their speed, every
     `slow_every`-th answer `slow` times slower after its first chunk (0: none): the answers
-    that ran dry, the underruns in all, the hold's median and most (seconds)."""
+    that ran dry, the underruns in all, the hold's median and most, and the median of the
+    least hold each answer needed (seconds)."""
 
     def at_speed(chunks: Sequence[Sequence[float]]) -> list[Chunk]:
         return [(at / speed, seconds) for at, seconds in chunks]
@@ -209,6 +210,7 @@ def replay(
     rates = warm_rates(at_speed(warm_up))
     dry = total = 0
     held: list[float] = []
+    least: list[float] = []
     for i, answer in enumerate(answers):
         chunks = at_speed(answer)
         if slow_every and i % slow_every == slow_every - 1:
@@ -217,6 +219,9 @@ def replay(
         count, _ = underruns(let_out(chunks, hold))
         dry, total = dry + (count > 0), total + count
         held.append(hold.held_s)
+        # The silence of a player that starts at the first chunk: the least hold that would
+        # have kept it from running dry, knowing all the arrivals.
+        least.append(underruns(chunks)[1])
         learn(rates, chunks, chars)
     return {
         "answers": len(answers),
@@ -224,6 +229,7 @@ def replay(
         "underruns": total,
         "held_median_s": statistics.median(held),
         "held_max_s": max(held),
+        "least_median_s": statistics.median(least),
     }
 
 
@@ -239,16 +245,18 @@ def prebuffer_table(result: dict[str, Any]) -> str:
         f"median RTF {rec['rtf']:.2f}. Replayed through this build's prebuffer at each speed "
         f"(every time divided by it), as recorded and with one answer in "
         f"{result['slow_every']} {result['slow']:g}x slower after its first chunk; a player "
-        f"at real time.",
+        f"at real time. Least = the hold an answer needed at the least, knowing all its "
+        f"arrivals (the silence of a player that starts with its first chunk).",
         "",
         "| speed | slowed answers | answers that ran dry | underruns | first audio held, "
-        "median s | most s |",
-        "|---:|---|---:|---:|---:|---:|",
+        "median s | most s | least needed, median s |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in result["replays"]:
         slowed_note = f"1 in {r['slow_every']}" if r["slow_every"] else "none"
         lines.append(
             f"| {r['speed']:g}x | {slowed_note} | {r['answers_dry']} of {r['answers']} "
-            f"| {r['underruns']} | {r['held_median_s']:.2f} | {r['held_max_s']:.2f} |"
+            f"| {r['underruns']} | {r['held_median_s']:.2f} | {r['held_max_s']:.2f} "
+            f"| {r['least_median_s']:.2f} |"
         )
     return "\n".join(lines)
