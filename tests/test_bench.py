@@ -46,7 +46,7 @@ from kazeia_dev.bench.ideal_program import (
     ideal_run,
     ideal_units,
 )
-from kazeia_dev.bench.player import Chunk, let_out, player_figures, underruns
+from kazeia_dev.bench.player import Chunk, least_hold, let_out, player_figures, underruns
 from kazeia_dev.bench.prebuffer import replay, slowed
 
 from wyoming_kazeia import _native
@@ -201,6 +201,17 @@ def test_a_player_runs_dry_when_the_chunks_come_late() -> None:
     assert count == 2 and silent == pytest.approx(1.0)  # 0.5 s before the 2nd and the 4th
 
 
+def test_the_least_hold_is_the_first_arrival_after_which_the_player_never_runs_dry() -> None:
+    assert least_hold([]) == 0.0
+    assert least_hold(stream(1.0, 20)) == 0.0  # each chunk as the last one ends
+    # The player would need 1 s more in all (its silence as the chunks come), but the audio
+    # goes out as a chunk arrives: with the second, 2 s at hand last until the fourth comes.
+    chunks = [(0.0, 1.0), (1.5, 1.0), (2.5, 1.0), (4.0, 1.0)]
+    assert underruns(chunks)[1] == pytest.approx(1.0)
+    assert least_hold(chunks) == 1.5
+    assert least_hold([(at + 2.0, seconds) for at, seconds in chunks]) == 1.5
+
+
 def test_the_hold_lets_a_slow_stream_out_without_a_gap() -> None:
     chunks = stream(0.5, 30)  # 9.6 s of audio in 19.2 s
     rates = SpeechRates()
@@ -211,6 +222,7 @@ def test_the_hold_lets_a_slow_stream_out_without_a_gap() -> None:
     assert figures["underruns"] == 29 and figures["silence_s"] == pytest.approx(29 * 0.32)
     assert figures["prebuffer_underruns"] == 0 and figures["prebuffer_silence_s"] == 0.0
     assert 0 < figures["prebuffer_held_s"] < 19.2 - 1.0  # not the whole answer
+    assert 0 < figures["least_hold_s"] <= figures["prebuffer_held_s"]
     # What the hold let out: every chunk, in order, none before it came.
     out = let_out(chunks, Prebuffer(rates, 100))
     assert [s for _, s in out] == [s for _, s in chunks]
@@ -227,6 +239,7 @@ def test_nothing_is_held_on_a_fast_box() -> None:
         "prebuffer_underruns": 0,
         "prebuffer_silence_s": 0.0,
         "prebuffer_held_s": 0.0,
+        "least_hold_s": 0.0,
     }
 
 
@@ -258,8 +271,10 @@ def test_the_hold_keeps_a_box_that_slowed_down_between_answers_from_running_dry(
     assert jolted["held_max_s"] > steady["held_max_s"]  # the slowed ones held longer
     # Replayed twice as fast, the same answers hold less.
     assert replay(recording, 2.0, 0, 1.45)["held_median_s"] < steady["held_median_s"]
-    # No hold is shorter than the least that kept its answer from running dry.
-    assert 0 < steady["least_median_s"] <= steady["held_median_s"]
+    # Each steady answer needed its second chunk at hand: it comes 0.1 s (the first's
+    # decoding) + 0.32 s / 1.3 after the first. The hold (no underrun) waited at least that.
+    assert steady["least_median_s"] == pytest.approx(0.1 + 0.32 / 1.3)
+    assert steady["least_median_s"] <= steady["held_median_s"]
     all_slowed = replay(recording, 1.0, 1, 1.45)
     assert steady["least_median_s"] < all_slowed["least_median_s"] <= all_slowed["held_median_s"]
 
@@ -318,6 +333,7 @@ def test_the_prebuffer_table_has_a_line_per_streaming_row() -> None:
         "prebuffer_underruns": 0,
         "prebuffer_silence_s": 0.0,
         "prebuffer_held_s": 2.75,
+        "least_hold_s": 2.5,
     }
     runs = [{"prebuffer_underruns": n} for n in (3, 0, 0)]  # the first answer's estimate short
     row = {**timing, **player, "runs": runs}
@@ -327,8 +343,8 @@ def test_the_prebuffer_table_has_a_line_per_streaming_row() -> None:
     }
     lines = _player_lines(result)
     assert lines[-2:] == [
-        "| stream k=4 | 0.75 | 7 | 2.50 | 0 (3) | 0.00 | 2.75 |",
-        "| stream k=4 loaded | 0.75 | 7 | 2.50 | 0 (3) | 0.00 | 2.75 |",
+        "| stream k=4 | 0.75 | 7 | 2.50 | 0 (3) | 0.00 | 2.75 | 2.50 |",
+        "| stream k=4 loaded | 0.75 | 7 | 2.50 | 0 (3) | 0.00 | 2.75 | 2.50 |",
     ]
     assert _player_lines({"rows": {"oneshot": timing}, "loaded_rows": {}}) == []
 

@@ -141,17 +141,20 @@ def _player_lines(result: dict[str, Any]) -> list[str]:
         "each timed run's chunks as they came, and let out through the service's hold "
         "(pacing.Prebuffer, its rates taught as the service's: by the warm-up, then by each "
         "run before); underruns = times it ran dry, silence = seconds it waited, held = the "
-        "first audio's added delay; medians over the runs (the most of one run):",
+        "first audio's added delay, least needed = the shortest hold, released as a chunk "
+        "arrives, after which it would not have run dry (knowing all the arrivals); medians "
+        "over the runs (the most of one run):",
         "",
         "| row | produced x real time | as it comes: underruns | silence s "
-        "| prebuffered: underruns (most) | silence s | held s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| prebuffered: underruns (most) | silence s | held s | least needed s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     return lines + [
         f"| {label} | {_production_rate(row):.2f} | {row['underruns']:g} "
         f"| {row['silence_s']:.2f} | {row['prebuffer_underruns']:g} "
         f"({max(run['prebuffer_underruns'] for run in row['runs']):g}) "
-        f"| {row['prebuffer_silence_s']:.2f} | {row['prebuffer_held_s']:.2f} |"
+        f"| {row['prebuffer_silence_s']:.2f} | {row['prebuffer_held_s']:.2f} "
+        f"| {row['least_hold_s']:.2f} |"
         for label, row in streamed
     ]
 

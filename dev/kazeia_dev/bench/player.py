@@ -32,6 +32,25 @@ def underruns(chunks: Sequence[Chunk]) -> tuple[int, float]:
     return count, silent
 
 
+def least_hold(chunks: Sequence[Chunk]) -> float:
+    """The shortest hold of the first audio after which a player at real time never runs dry,
+    knowing all the arrivals: released, as the service releases it, as a chunk arrives (with
+    the chunks at hand then), the later chunks as they come. The floor a hold could reach."""
+    if not chunks:
+        return 0.0
+
+    def dry(release_at: float) -> bool:
+        return underruns([(max(at, release_at), seconds) for at, seconds in chunks])[0] > 0
+
+    # A later release only leaves each chunk less late: the first arrival that does is found
+    # by halving (the last always does: everything is at hand).
+    low, high = 0, len(chunks) - 1
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if dry(chunks[mid][0]) else (low, mid)
+    return chunks[low][0] - chunks[0][0]
+
+
 def let_out(chunks: Sequence[Chunk], hold: Prebuffer) -> list[Chunk]:
     """The chunks as the hold lets them out, fed to it as they come (as the service's handler
     does): each with the time it went out. The last chunk's arrival completes the answer."""
@@ -74,7 +93,8 @@ def warm_rates(warm_up: Sequence[Chunk]) -> SpeechRates:
 def player_figures(chunks: Sequence[Chunk], rates: SpeechRates, chars: int) -> dict[str, float]:
     """One synthesis of ``chars`` characters played at real time: its underruns and seconds of
     silence as it comes, and through a Prebuffer with ``rates`` (as the service has learned
-    them before it): its underruns, silence and hold (the first audio's added delay)."""
+    them before it): its underruns, silence and hold (the first audio's added delay), beside
+    the least hold that would have done (``least_hold``)."""
     hold = Prebuffer(rates, chars)
     count, silent = underruns(chunks)
     held_count, held_silent = underruns(let_out(chunks, hold))
@@ -84,4 +104,5 @@ def player_figures(chunks: Sequence[Chunk], rates: SpeechRates, chars: int) -> d
         "prebuffer_underruns": held_count,
         "prebuffer_silence_s": held_silent,
         "prebuffer_held_s": hold.held_s,
+        "least_hold_s": least_hold(chunks),
     }

@@ -8,7 +8,8 @@ by the warm-up, then by each answer before), at the speed it was recorded and at
 (every time divided by the speed: a faster box with the same jitter), and again with every
 n-th answer slowed down after its first chunk (a box that slowed down between answers, which
 its last answers could not tell). A player at real time counts the underruns
-(``player.underruns``); the hold's cost is the first audio's added delay.
+(``player.underruns``); the hold's cost is the first audio's added delay, beside the least
+each answer needed (``player.least_hold``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from .common import (
 from .competing_load import NEIGHBOUR, competing_load
 from .engine import add_model_options, add_synthesis_options, checked_model_dir
 from .engine_runs import engine_row_cmd
-from .player import Chunk, learn, let_out, underruns, warm_rates
+from .player import Chunk, learn, least_hold, let_out, underruns, warm_rates
 
 # Bound of the recording child, generous for a box several times slower than real time (a
 # frame is 80 ms of audio); the neighbour's deadline the same.
@@ -62,7 +63,8 @@ def add_parser(subparsers: Any) -> None:
             "chunks' arrivals through the service's prebuffer (its rates taught as the "
             "service's) at each of --speeds, as recorded and with one answer in --slow-every "
             "--slow times slower after its first chunk; a player at real time counts the "
-            "underruns. Prints a markdown table (or JSON with --json) on stdout."
+            "underruns, beside the hold each answer needed at the least. Prints a markdown "
+            "table (or JSON with --json) on stdout."
         ),
     )
     add_model_options(p)
@@ -219,9 +221,7 @@ def replay(
         count, _ = underruns(let_out(chunks, hold))
         dry, total = dry + (count > 0), total + count
         held.append(hold.held_s)
-        # The silence of a player that starts at the first chunk: the least hold that would
-        # have kept it from running dry, knowing all the arrivals.
-        least.append(underruns(chunks)[1])
+        least.append(least_hold(chunks))
         learn(rates, chunks, chars)
     return {
         "answers": len(answers),
@@ -245,8 +245,8 @@ def prebuffer_table(result: dict[str, Any]) -> str:
         f"median RTF {rec['rtf']:.2f}. Replayed through this build's prebuffer at each speed "
         f"(every time divided by it), as recorded and with one answer in "
         f"{result['slow_every']} {result['slow']:g}x slower after its first chunk; a player "
-        f"at real time. Least = the hold an answer needed at the least, knowing all its "
-        f"arrivals (the silence of a player that starts with its first chunk).",
+        f"at real time. Least needed = the shortest hold, released as a chunk arrives, after "
+        f"which the answer would not have run dry, knowing all its arrivals.",
         "",
         "| speed | slowed answers | answers that ran dry | underruns | first audio held, "
         "median s | most s | least needed, median s |",
