@@ -137,6 +137,8 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
 // Passes of the bandwidth and compute probes. They report the best pass: other work on the box
 // (a neighbour, a vCPU the host gives to another guest meanwhile) can only slow a pass down: a
 // median of a few short passes reports half the peak of 2 threads if one vCPU is away for most.
+// Work that holds a core through every pass still lowers the best: the benches check the FMA
+// peak against one thread's.
 constexpr int PROBE_PASSES = 9;
 
 // Memory read bandwidth in GB/s: `threads` threads sum a `megabytes` buffer, each task's share

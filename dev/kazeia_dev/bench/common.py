@@ -120,6 +120,30 @@ def warn_if_busy(machine: dict[str, Any]) -> None:
         )
 
 
+# An FMA peak of n threads under this share of n times one thread's was taken while other work
+# held a core for most of the probe's passes.
+FMA_PEAK_SCALING_MIN = 0.6
+
+
+def fma_peak(threads: int) -> float:
+    """The FP32 multiply-add peak of `threads` threads (GFLOP/s), measured now; a warning where
+    it did not scale from one thread's, which makes the decoder's share of it read too high."""
+    from wyoming_kazeia import _native
+
+    peak = _native.testing.fma_peak(threads)
+    cores = min(threads, usable_cpus())
+    one = _native.testing.fma_peak(1)
+    if cores > 1 and peak < FMA_PEAK_SCALING_MIN * cores * one:
+        logger.warning(
+            "the FMA peak of %d threads measured %.0f GFLOP/s against %.0f for one: other work "
+            "took a core meanwhile, so the decoder's share of the peak reads too high",
+            threads,
+            peak,
+            one,
+        )
+    return peak
+
+
 # CPU flags that matter to ggml's CPU kernels (shown beside the features ggml was built with).
 CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")
 

@@ -27,6 +27,7 @@ from .common import (
     decoder_facts,
     default_cache_dir,
     ensure_model,
+    fma_peak,
     fmt,
     frame_seconds,
     loadavg,
@@ -270,7 +271,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
     # Measured now, beside the rows: the box's bandwidth moves with its other tenants.
     total_mb, low_mb = streamed_weight_mb(gguf)
     bandwidth = _native.testing.read_bandwidth(256, args.threads)
-    peak = _native.testing.fma_peak(args.threads)
+    peak = fma_peak(args.threads)
     machine["loadavg_at_end"] = loadavg()
     full_s = rows["full"]["median_s"]
     gflop = decoder_gflop_per_frame(gguf)

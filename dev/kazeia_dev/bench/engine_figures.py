@@ -108,11 +108,12 @@ def decoder_compute(
     frame its kernels perform (fewer in f32: the residual convs in Winograd's form)."""
     from wyoming_kazeia import _native
 
+    from .common import fma_peak
     from .decoder import decoder_gflop_per_frame
 
     gflop = decoder_gflop_per_frame(model_dir / "decoder.gguf")
     performed = decoder_gflop_per_frame(model_dir / "decoder.gguf", winograd=precision == "f32")
-    peak = _native.testing.fma_peak(decoder_threads)
+    peak = fma_peak(decoder_threads)
     rates = {
         name: gflop * row["n_frames"] / row["decoder_s"]
         for name, row in rows.items()
