@@ -120,28 +120,44 @@ def warn_if_busy(machine: dict[str, Any]) -> None:
         )
 
 
-# An FMA peak of n threads under this share of n times one thread's was taken while other work
-# held a core for most of the probe's passes.
+# An FMA peak of n threads on n physical cores under this share of n times one thread's: most
+# likely other work held a core through the probe's passes (or a CPU quota caps the process).
 FMA_PEAK_SCALING_MIN = 0.6
 
 
-def fma_peak(threads: int) -> float:
-    """The FP32 multiply-add peak of `threads` threads (GFLOP/s), measured now; a warning where
-    it did not scale from one thread's, which makes the decoder's share of it read too high."""
+def physical_cores() -> int:
+    """The physical cores among the CPUs this process may run on (SMT siblings share one core's
+    FMA pipes, which one thread of the probe already fills)."""
+    cores = set()
+    for cpu in os.sched_getaffinity(0):
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            cores.add(path.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))  # no topology: count the CPU as a core
+    return max(1, len(cores))
+
+
+def fma_peak(threads: int) -> tuple[float, float]:
+    """The FP32 multiply-add peak of `threads` threads and of one thread (GFLOP/s), measured
+    now; a warning where the threads' did not scale from one thread's over the physical
+    cores they can use, which makes the decoder's share of it read too high."""
     from wyoming_kazeia import _native
 
     peak = _native.testing.fma_peak(threads)
-    cores = min(threads, usable_cpus())
     one = _native.testing.fma_peak(1)
+    cores = min(threads, physical_cores())
     if cores > 1 and peak < FMA_PEAK_SCALING_MIN * cores * one:
         logger.warning(
-            "the FMA peak of %d threads measured %.0f GFLOP/s against %.0f for one: other work "
-            "took a core meanwhile, so the decoder's share of the peak reads too high",
+            "the FMA peak of %d threads on %d cores measured %.0f GFLOP/s against %.0f for one "
+            "thread: most likely other work held a core meanwhile (or a CPU quota caps this "
+            "process), and the decoder's share of the peak reads too high",
             threads,
+            cores,
             peak,
             one,
         )
-    return peak
+    return peak, one
 
 
 # CPU flags that matter to ggml's CPU kernels (shown beside the features ggml was built with).

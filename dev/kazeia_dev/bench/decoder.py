@@ -271,7 +271,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
     # Measured now, beside the rows: the box's bandwidth moves with its other tenants.
     total_mb, low_mb = streamed_weight_mb(gguf)
     bandwidth = _native.testing.read_bandwidth(256, args.threads)
-    peak = fma_peak(args.threads)
+    peak, one_thread = fma_peak(args.threads)
     machine["loadavg_at_end"] = loadavg()
     full_s = rows["full"]["median_s"]
     gflop = decoder_gflop_per_frame(gguf)
@@ -289,6 +289,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
         "performed_gflop_per_frame": performed,
         "full_gflop_s": gflop * frames / full_s,
         "peak_gflop_s": peak,
+        "one_thread_gflop_s": one_thread,
         "peak_isa": _native.testing.FMA_PEAK_ISA,
     }
     for row in rows.values():
@@ -480,7 +481,8 @@ def decoder_table(result: dict[str, Any]) -> str:
             f"Compute: {cp['gflop_per_frame']:.2f} GFLOP per frame; the full decode's "
             f"{cp['full_gflop_s']:.0f} GFLOP/s is {share:.0f}% "
             f"of the {cp['peak_gflop_s']:.0f} GFLOP/s FP32 multiply-add peak of its "
-            f"{c['threads']} threads ({cp['peak_isa']}, measured after the rows)"
+            f"{c['threads']} threads ({cp['peak_isa']}, measured after the rows; one thread "
+            f"{cp['one_thread_gflop_s']:.0f})"
             + bf16_peak_note(c.get("precision", "f32"))
             + performed_note(cp, cp["full_gflop_s"])
             + "."

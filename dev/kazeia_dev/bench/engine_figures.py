@@ -113,7 +113,7 @@ def decoder_compute(
 
     gflop = decoder_gflop_per_frame(model_dir / "decoder.gguf")
     performed = decoder_gflop_per_frame(model_dir / "decoder.gguf", winograd=precision == "f32")
-    peak = fma_peak(decoder_threads)
+    peak, one_thread = fma_peak(decoder_threads)
     rates = {
         name: gflop * row["n_frames"] / row["decoder_s"]
         for name, row in rows.items()
@@ -123,6 +123,7 @@ def decoder_compute(
         "gflop_per_frame": gflop,
         "performed_gflop_per_frame": performed,
         "peak_gflop_s": peak,
+        "one_thread_gflop_s": one_thread,
         "peak_isa": _native.testing.FMA_PEAK_ISA,
         "threads": decoder_threads,
         "row_gflop_s": rates,

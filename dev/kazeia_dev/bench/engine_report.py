@@ -199,9 +199,9 @@ def _decoder_compute_lines(result: dict[str, Any]) -> list[str]:
         "",
         f"Decoder against the compute peak: {compute['gflop_per_frame']:.2f} GFLOP per frame; "
         f"{shares} of the {peak:.0f} GFLOP/s FP32 multiply-add peak of its "
-        f"{compute['threads']} threads ({compute['peak_isa']}, measured after the rows; the "
-        "decoder's time is the wall time of its calls, which share the cores with the "
-        "generator where the two run at once)"
+        f"{compute['threads']} threads ({compute['peak_isa']}, measured after the rows; one "
+        f"thread {compute['one_thread_gflop_s']:.0f}; the decoder's time is the wall time of "
+        "its calls, which share the cores with the generator where the two run at once)"
         + bf16_peak_note(result["config"].get("decoder_precision", "f32"))
         + performed_note(compute),
     ]
