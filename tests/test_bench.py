@@ -205,7 +205,8 @@ def test_the_least_hold_is_the_first_arrival_after_which_the_player_never_runs_d
     assert least_hold([]) == 0.0
     assert least_hold(stream(1.0, 20)) == 0.0  # each chunk as the last one ends
     # The player would need 1 s more in all (its silence as the chunks come), but the audio
-    # goes out as a chunk arrives: with the second, 2 s at hand last until the fourth comes.
+    # goes out as a chunk arrives: released with the first it needs the second by 1.0; with the
+    # second, its 2 s and the third (at 2.5) last until 4.5, past the fourth's 4.0.
     chunks = [(0.0, 1.0), (1.5, 1.0), (2.5, 1.0), (4.0, 1.0)]
     assert underruns(chunks)[1] == pytest.approx(1.0)
     assert least_hold(chunks) == 1.5
@@ -321,6 +322,10 @@ def test_the_prebuffer_bench_replays_a_saved_recording_and_rejects_another_file(
         run = bench("prebuffer", "--replay", str(tmp_path / f"{name}.json"))
         assert run.returncode == 1 and "not a recording of this bench" in run.stderr, name
         assert "Traceback" not in run.stderr, name
+    shuffled = {**recording, "arrivals": [recorded_answer(0.9), recorded_answer(0.9)[::-1]]}
+    (tmp_path / "shuffled.json").write_text(json.dumps(shuffled))
+    run = bench("prebuffer", "--replay", str(tmp_path / "shuffled.json"))
+    assert run.returncode == 1 and "out of the order they came in" in run.stderr
     run = bench("prebuffer", "--replay", str(tmp_path / "missing.json"))
     assert run.returncode == 1 and "No such file" in run.stderr
 

@@ -42,8 +42,9 @@ def least_hold(chunks: Sequence[Chunk]) -> float:
     def dry(release_at: float) -> bool:
         return underruns([(max(at, release_at), seconds) for at, seconds in chunks])[0] > 0
 
-    # A later release only leaves each chunk less late: the first arrival that does is found
-    # by halving (the last always does: everything is at hand).
+    # A later release leaves no chunk later than an earlier one does, so the first arrival
+    # whose release keeps the player from running dry is found by halving (releasing at the
+    # last arrival always does: the arrivals are in order, everything is then at hand).
     low, high = 0, len(chunks) - 1
     while low < high:
         mid = (low + high) // 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import statistics
@@ -155,6 +156,8 @@ def _read_recording(path: Path) -> dict[str, Any]:
         raise BenchError(f"--replay {path}: not a recording of this bench ({err!r})") from err
     if len(answers) < 2 or not all(answers):
         raise BenchError(f"--replay {path}: a warm-up and at least one answer, each with chunks")
+    if any(b[0] < a[0] for answer in answers for a, b in itertools.pairwise(answer)):
+        raise BenchError(f"--replay {path}: an answer's chunks out of the order they came in")
     return {**recording, "arrivals": answers}
 
 
