@@ -19,6 +19,7 @@ from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.pacing import MARGIN, MAX_HOLD_S, PAD_S, Prebuffer, SpeechRates
 from wyoming_kazeia.service import TtsService
 from wyoming_kazeia.settings import EngineSettings
+from wyoming_kazeia.synthesis import SynthesisMetrics
 
 CHUNK_S = 0.32  # a stream chunk: 4 frames of 80 ms
 FIRST_S = 0.08  # the first chunk is one frame
@@ -214,6 +215,17 @@ def test_the_learned_rate_counts_what_came_after_the_first_chunk() -> None:
     in 3.12 s after it is real time, not 3.2 / 3.12; its characters count all of it."""
     rates = SpeechRates()
     rates.learn(40, 3.2, 3.12, CHUNK_S, 0.08)
+    assert rates.snapshot() == (pytest.approx(0.08), pytest.approx(1.0), CHUNK_S)
+
+
+def test_a_finished_synthesis_teaches_its_rate_after_its_first_chunk() -> None:
+    """The service's metrics of the same synthesis: its first chunk 0.2 s after the request,
+    the whole in 3.32 s, so 3.12 s after that chunk."""
+    metrics = SynthesisMetrics(
+        ttfa_s=0.2, total_s=3.32, audio_s=3.2, first_chunk_s=0.08, largest_chunk_s=CHUNK_S
+    )
+    rates = SpeechRates()
+    rates.learn_synthesis(40, metrics)
     assert rates.snapshot() == (pytest.approx(0.08), pytest.approx(1.0), CHUNK_S)
 
 

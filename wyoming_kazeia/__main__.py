@@ -409,10 +409,8 @@ async def _load(service: TtsService, args: argparse.Namespace, settings: EngineS
         )
         try:
             await in_daemon_thread(lambda: sum(1 for _ in warm_up))
-            m = warm_up.metrics  # cut at WARMUP_FRAMES: its production rate, not its length
-            service.rates.learn(
-                None, m.audio_s, m.total_s - m.ttfa_s, m.largest_chunk_s, m.first_chunk_s
-            )
+            # Cut at WARMUP_FRAMES: its production rate, not its length
+            service.rates.learn_synthesis(None, warm_up.metrics)
             _LOGGER.info(
                 "warm-up synthesis: %.2f s (the first request is not the cold one)",
                 time.monotonic() - warm_start,

@@ -26,8 +26,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .speakable import Pause
+
+if TYPE_CHECKING:
+    from .synthesis import SynthesisMetrics
 
 # Seconds of audio per character of text before any synthesis has finished (about 14 characters
 # per second of speech in English); the first finished synthesis replaces it.
@@ -89,6 +93,11 @@ class SpeechRates:
             rate = (audio_s - first_s) / wall_s
             previous = self.production_rate
             self.production_rate = rate if previous is None else previous + w * (rate - previous)
+
+    def learn_synthesis(self, chars: int | None, m: SynthesisMetrics) -> None:
+        """`learn` from a finished synthesis's metrics: the wall time after its first chunk is
+        its total less the time to that chunk."""
+        self.learn(chars, m.audio_s, m.total_s - m.ttfa_s, m.largest_chunk_s, m.first_chunk_s)
 
     def snapshot(self) -> tuple[float, float | None, float]:
         with self._lock:

@@ -441,11 +441,8 @@ class TtsService:
         cancelled = job.cancelled.is_set()
         _LOGGER.debug("synthesis for %s %s", peer, "cancelled" if cancelled else "ended complete")
         if not cancelled:
-            m = synthesis.metrics
-            self.rates.learn(
-                len(text), m.audio_s, m.total_s - m.ttfa_s, m.largest_chunk_s, m.first_chunk_s
-            )
-            job.call(self._finished, m)
+            self.rates.learn_synthesis(len(text), synthesis.metrics)
+            job.call(self._finished, synthesis.metrics)
 
     def _engine_for(self, stored: str | None) -> Engine:
         """Engine thread: the engine that speaks a voice (the voice model is loaded on the
