@@ -9,7 +9,9 @@
 // The rows come from Q8_DOT_ROWS streams far apart (ops/pool_mul_mat.cpp; 4 neighbouring rows
 // read side by side confuse the hardware prefetchers of AMD CPUs: a third of the speed). Each
 // call asks for the next row of each stream (`next`) a cache line per block, faster than it
-// reads its own rows, so that they are in the cache when the next call starts.
+// reads its own rows, so that they are in the cache when the next call starts: into the L2
+// (hint T1), not the L1 (T0), whose few misses in flight the loads of the rows being read need
+// (docs/hardware.md, CPUs).
 #include "ops/arch.h"
 
 #if KAZEIA_AVX2
@@ -31,7 +33,7 @@ KAZEIA_AVX2_FN inline __m256i load_qs(const Q8Block &b) {
 KAZEIA_AVX2_FN inline void prefetch_line(const Q8Block *const next[R], int64_t b, int64_t nb) {
     if (b * 64 >= nb * (int64_t)sizeof(Q8Block)) return;
     for (int r = 0; r < R; ++r)
-        if (next[r]) _mm_prefetch(reinterpret_cast<const char *>(next[r]) + b * 64, _MM_HINT_T0);
+        if (next[r]) _mm_prefetch(reinterpret_cast<const char *>(next[r]) + b * 64, _MM_HINT_T1);
 }
 
 // One block of row r into its chain: acc += (d_w * d_x) * (float)lane sums, fused.
