@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -17,11 +18,18 @@ import pytest
 import soundfile as sf
 from kazeia_dev.random_checkpoint import main as random_checkpoint
 
+from wyoming_kazeia._native import testing
 from wyoming_kazeia.convert import convert
 from wyoming_kazeia.engine import Engine
 from wyoming_kazeia.errors import EngineError
-from wyoming_kazeia.native import DECODER_GPU_CHUNK_FRAMES, ModelError
-from wyoming_kazeia.settings import EngineSettings, SettingsError
+from wyoming_kazeia.native import (
+    DECODER_GPU_CHUNK_FRAMES,
+    CoreShare,
+    DecoderStream,
+    ModelError,
+    SpeechDecoder,
+)
+from wyoming_kazeia.settings import EngineSettings, SettingsError, usable_cpus
 from wyoming_kazeia.synthesis import ONE_PASS_PUSH_FRAMES
 
 TEXT = "Hello there, this is a small test of the streaming engine."
@@ -93,6 +101,73 @@ def test_subprocess_decoder_streams_the_in_process_chunks(engine: Engine, chunk:
     in_process = list(engine.synthesize(TEXT, "vivian", stream_chunk=chunk))
     assert [len(c) for c in ours] == [len(c) for c in in_process]
     assert np.array_equal(np.concatenate(ours), np.concatenate(in_process))
+
+
+def test_the_engines_generator_and_decoder_share_the_cores(model_dir: Path) -> None:
+    """The engine's generator and in-process decoder hold one CoreShare over the CPUs this
+    process may run on, and a streamed synthesis measures its pushes there: the decoder marks
+    them, and the generation's pool counts its products beside them."""
+    engine = Engine(model_dir, EngineSettings(max_frames=40, seed=11))
+    share = engine.generator.core_share
+    assert share is not None and engine.decoder.core_share is share
+    assert share.cores == usable_cpus()
+    assert share.last_push_cpu_share == -1.0
+    pcm(engine)
+    assert share.last_push_cpu_share >= 0.0
+
+
+def generator_beside_push(decoder: SpeechDecoder, stream: DecoderStream) -> dict[str, int]:
+    """Runs a generator's pool, with the decoder's CoreShare, beside a push of 400 frames."""
+    codes = np.zeros((400, decoder.num_quantizers), dtype=np.int32)
+    assert decoder.core_share is not None
+    return testing.generator_beside_push(stream, codes, decoder.core_share)
+
+
+@pytest.mark.parametrize(("cores", "alone"), [(2, True), (3, True), (4, False)])
+def test_a_cpu_decoder_push_has_the_generator_beside_it_compute_alone(
+    model_dir: Path, cores: int, alone: bool
+) -> None:
+    """While a 2-thread CPU decoder push computes on a box of 2 or 3 cores, the generator
+    beside it computes on its own thread alone; on 4 cores it keeps its threads."""
+    share = CoreShare(cores=cores)
+    decoder = SpeechDecoder(str(model_dir / "decoder.gguf"), threads=2, core_share=share)
+    got = generator_beside_push(decoder, decoder.stream())
+    assert got["runs"] > 0
+    assert (got["alone"] > 0) is alone, got
+    assert not share.generator_alone  # the push is over
+
+
+def test_beside_busy_processes_the_generator_keeps_its_threads(model_dir: Path) -> None:
+    """A push during which the process got less than OTHERS_BUSY_BELOW of the cores (two busy
+    processes beside it on the same 2 CPUs) has the generator keep its threads during the next
+    pushes, where alone it would give the busy processes the cores; once a push gets
+    OTHERS_GONE_FROM of them again, the generator computes alone again."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("one CPU: no cores to share")
+    share = CoreShare(cores=2)
+    decoder = SpeechDecoder(str(model_dir / "decoder.gguf"), threads=2, core_share=share)
+    mine = os.sched_getaffinity(0)
+    busy: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(2):
+            busy.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+            os.sched_setaffinity(busy[-1].pid, cpus)
+        os.sched_setaffinity(0, cpus)  # this thread, and the threads it starts
+        stream = decoder.stream()
+        generator_beside_push(decoder, stream)
+        assert share.last_push_cpu_share < CoreShare.OTHERS_BUSY_BELOW
+        got = generator_beside_push(decoder, stream)
+        assert got["alone"] == 0, f"alone beside busy processes: {got}"
+    finally:
+        for p in busy:
+            p.kill()
+        os.sched_setaffinity(0, mine)
+        for p in busy:
+            p.wait(timeout=10)
+    generator_beside_push(decoder, stream)
+    assert share.last_push_cpu_share >= CoreShare.OTHERS_GONE_FROM
+    assert generator_beside_push(decoder, stream)["alone"] > 0
 
 
 def test_a_changed_thread_count_keeps_the_loaded_generator(model_dir: Path) -> None:

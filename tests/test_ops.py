@@ -615,6 +615,24 @@ def test_a_pools_threads_ask_the_kernel_for_short_time_slices(setting: str, tmp_
     assert threads == [(slice_, 5, os.SCHED_BATCH)] * len(threads)
 
 
+@pytest.mark.parametrize(
+    ("cores", "decoder_threads", "alone"),
+    [(2, 2, True), (2, 1, True), (3, 2, True), (2, 0, False), (4, 2, False)],
+)
+def test_a_generators_pool_computes_alone_while_a_decoder_push_leaves_it_one_core(
+    cores: int, decoder_threads: int, alone: bool
+) -> None:
+    """While a decoder push computes on threads that leave the generator at most one of the
+    cores the two share, the generator's pool runs every task on its own thread; with no push,
+    or with cores to spare beside the push, its workers take tasks too."""
+    share = native.CoreShare(cores=cores)
+    assert share.cores == cores
+    seconds = 0.5 if alone else 2.0  # waiting for a worker that should never come, or should
+    threads = testing.pool_threads_beside_decoder(3, share, decoder_threads, seconds)
+    assert (threads == 1) is alone, f"{threads} threads took tasks"
+    assert not share.generator_alone  # the push is over
+
+
 L3_OF_CPU0 = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
 
 

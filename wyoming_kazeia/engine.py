@@ -25,6 +25,7 @@ from .convert import TOKENIZER_FILES
 from .decoder_process import DecoderProcess
 from .errors import InputError, ModelNotFoundError, SettingsError, quoted
 from .native import (
+    CoreShare,
     Generator,
     SpeakerEncoder,
     SpeechDecoder,
@@ -130,7 +131,9 @@ class Engine:
         self._files = self._file_states()
         self.devices = resolve_placements(self.settings)  # SettingsError when one is not here
         # Generator and decoder compute at the same time while streaming: their idle workers
-        # yield the cores to each other ("polite" pools).
+        # yield the cores to each other ("polite" pools), and while the decoder's threads take
+        # the cores the generator computes on one thread (CoreShare).
+        self._core_share = CoreShare()
         self.generator = self._load_generator(self.settings, self.devices)
         # The in-process decoder (hundreds of MB) is loaded only where it decodes: with the
         # subprocess placement the kazeia-decoder process holds the only copy.
@@ -193,6 +196,7 @@ class Engine:
             polite=True,
             talker_device=devices["talker"],
             predictor_device=devices["predictor"],
+            core_share=self._core_share,
         )
         generator.kv_cache_type = settings.kv_cache_type
         return generator
@@ -204,6 +208,7 @@ class Engine:
             polite=True,
             device=self.devices["decoder"],
             precision=self.settings.decoder_precision,
+            core_share=self._core_share,
         )
 
     @property

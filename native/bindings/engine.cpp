@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common.h"
+#include "kazeia/core_share.h"
 #include "kazeia/cpu.h"
 #include "kazeia/devices.h"
 #include "kazeia/error.h"
@@ -190,16 +191,31 @@ void def_engine(py::module_ &m) {
             py::arg("state"), "Continue from a state saved from a stream of this decoder.")
         .def_property_readonly("frames_pushed", &DecoderStream::frames_pushed);
 
+    py::class_<CoreShare, std::shared_ptr<CoreShare>>(
+        m, "CoreShare",
+        "The cores an engine's generator and in-process decoder share: give the same one to "
+        "both (kazeia/core_share.h). cores 0: the CPUs this process may run on.")
+        .def(py::init<int>(), py::arg("cores") = 0)
+        .def_property_readonly("cores", &CoreShare::cores)
+        .def_property_readonly("generator_alone", &CoreShare::generator_alone)
+        .def_property_readonly("last_push_cpu_share", &CoreShare::last_push_cpu_share)
+        .def_readonly_static("OTHERS_BUSY_BELOW", &CoreShare::OTHERS_BUSY_BELOW)
+        .def_readonly_static("OTHERS_GONE_FROM", &CoreShare::OTHERS_GONE_FROM);
+
     py::class_<SpeechDecoder>(m, "SpeechDecoder")
         .def(py::init([](const std::string &path, int threads, bool polite,
-                         const std::string &device, const std::string &precision) {
+                         const std::string &device, const std::string &precision,
+                         std::shared_ptr<CoreShare> core_share) {
                  const DecoderPrecision p = decoder_precision(precision);
                  py::gil_scoped_release release;
-                 return std::make_unique<SpeechDecoder>(path, threads, polite, device, p);
+                 return std::make_unique<SpeechDecoder>(path, threads, polite, device, p,
+                                                        std::move(core_share));
              }),
              py::arg("path"), py::arg("threads") = 2, py::arg("polite") = false,
-             py::arg("device") = "cpu", py::arg("precision") = "f32")
+             py::arg("device") = "cpu", py::arg("precision") = "f32",
+             py::arg("core_share") = nullptr)
         .def_property_readonly("device", &SpeechDecoder::device)
+        .def_property_readonly("core_share", &SpeechDecoder::core_share)
         .def_property_readonly("precision",
                                [](const SpeechDecoder &d) {
                                    return DECODER_PRECISIONS[(int)d.precision()];
@@ -314,10 +330,11 @@ void def_engine(py::module_ &m) {
         .def_property_readonly("reference_frames", [](const VoiceOptions &v) { return v.ref_codes.size(); });
 
     py::class_<Generator>(m, "Generator")
-        .def(py::init<const std::string &, int, bool, const std::string &, const std::string &>(),
+        .def(py::init<const std::string &, int, bool, const std::string &, const std::string &,
+                      std::shared_ptr<CoreShare>>(),
              py::arg("path"), py::arg("threads") = 2, py::arg("polite") = false,
              py::arg("talker_device") = "cpu", py::arg("predictor_device") = "cpu",
-             py::call_guard<py::gil_scoped_release>())
+             py::arg("core_share") = nullptr, py::call_guard<py::gil_scoped_release>())
         .def(
             "frames",
             [](const Generator &g, const py::array &input_ids, const std::string &speaker,
@@ -380,6 +397,7 @@ void def_engine(py::module_ &m) {
                       "KV_CACHE_TYPES (ValueError for another), read back resolved (f32 or f16).")
         .def_property_readonly("talker_device", &Generator::talker_device)
         .def_property_readonly("predictor_device", &Generator::predictor_device)
+        .def_property_readonly("core_share", &Generator::core_share)
         .def_property_readonly("damaged", &Generator::damaged,
                                "Its talker file changed on disk while in use: reload it.")
         .def_property_readonly("speakers", [](const Generator &g) { return g.hparams().speaker_names; })

@@ -12,9 +12,11 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,9 +25,11 @@
 #include <vector>
 
 #include "common.h"
+#include "kazeia/core_share.h"
 #include "kazeia/error.h"
 #include "kazeia/speech_decoder.h"
 #include "src/cpu_backend.h"
+#include "src/decoder_push.h"
 #include "src/generation_probes.h"
 #include "src/ggml_raii.h"
 #include "src/lm_graph.h"
@@ -394,36 +398,98 @@ std::vector<int64_t> thread_scheduling() {
             (int64_t)sched_getscheduler(0)};
 }
 
-// thread_scheduling() of the threads that ran a polite pool's tasks: runs of 16 tasks of ~1 ms
-// each until a worker took one (for at most 2 s).
-py::dict pool_thread_scheduling(int threads) {
+// Runs 16 tasks of ~1 ms at a time on `pool` until a worker (a thread other than the caller)
+// took one or `give_up` passed; calls on_worker() on each worker the first time it takes one.
+template <class OnWorker>
+void run_until_a_worker_takes(WorkerPool &pool, std::chrono::milliseconds give_up,
+                              OnWorker on_worker) {
     const std::thread::id caller = std::this_thread::get_id();
     std::mutex mutex;
     std::vector<std::thread::id> seen;
+    const auto until = std::chrono::steady_clock::now() + give_up;
+    do {
+        pool.run(16, [&](int64_t) {
+            const auto done = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+            while (std::chrono::steady_clock::now() < done) {
+            }
+            const std::thread::id me = std::this_thread::get_id();
+            std::lock_guard<std::mutex> lock(mutex);
+            if (me == caller || std::find(seen.begin(), seen.end(), me) != seen.end()) return;
+            seen.push_back(me);
+            on_worker();
+        });
+    } while (seen.empty() && std::chrono::steady_clock::now() < until);
+}
+
+// thread_scheduling() of the threads that ran a polite pool's tasks, until a worker took one
+// (for at most 2 s).
+py::dict pool_thread_scheduling(int threads) {
     std::vector<std::vector<int64_t>> workers;
     std::vector<int64_t> of_caller;
     {
         py::gil_scoped_release released;
         WorkerPool pool(threads, /*polite=*/true);
-        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-        do {
-            pool.run(16, [&](int64_t) {
-                const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
-                while (std::chrono::steady_clock::now() < until) {
-                }
-                const std::thread::id me = std::this_thread::get_id();
-                std::lock_guard<std::mutex> lock(mutex);
-                if (me == caller || std::find(seen.begin(), seen.end(), me) != seen.end()) return;
-                seen.push_back(me);
-                workers.push_back(thread_scheduling());
-            });
-        } while (workers.empty() && std::chrono::steady_clock::now() < give_up);
+        run_until_a_worker_takes(pool, std::chrono::seconds(2),
+                                 [&] { workers.push_back(thread_scheduling()); });
         of_caller = thread_scheduling();
     }
     py::dict out;
     out["caller"] = of_caller;
     out["workers"] = workers;
     return out;
+}
+
+// A generator beside a real decoder push: see its docstring below.
+using CodesArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+py::dict generator_beside_push(DecoderStream &stream, const CodesArray &codes,
+                               const std::shared_ptr<CoreShare> &share, int threads) {
+    if (codes.ndim() != 2) throw InputError("generator_beside_push: codes [T, Q]");
+    const std::vector<int32_t> c(codes.data(), codes.data() + codes.size());
+    const int64_t n_frames = codes.shape(0);
+    int64_t runs = 0, alone = 0;
+    std::exception_ptr failed;
+    {
+        py::gil_scoped_release released;
+        std::atomic<bool> pushed{false};
+        WorkerPool pool(threads, /*polite=*/true, share.get());
+        std::thread pusher([&] {
+            try {
+                stream.push(c.data(), n_frames);
+            } catch (...) {
+                failed = std::current_exception();
+            }
+            pushed = true;
+        });
+        while (!pushed) {
+            alone += share->generator_alone();
+            ++runs;
+            pool.run(8, [](int64_t) {
+                const auto done = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+                while (std::chrono::steady_clock::now() < done) {
+                }
+            });
+        }
+        pusher.join();
+    }
+    if (failed) std::rethrow_exception(failed);
+    py::dict out;
+    out["runs"] = runs;
+    out["alone"] = alone;
+    return out;
+}
+
+// How many of a generator's polite pool's threads ran tasks while a decoder push of
+// `decoder_threads` threads (0: none) was marked in `share`: the caller, plus each worker that
+// took a task within `seconds`.
+int pool_threads_beside_decoder(int threads, const std::shared_ptr<CoreShare> &share,
+                                int decoder_threads, double seconds) {
+    py::gil_scoped_release released;
+    const DecoderPush push(decoder_threads > 0 ? share.get() : nullptr, decoder_threads);
+    WorkerPool pool(threads, /*polite=*/true, share.get());
+    int workers = 0;
+    run_until_a_worker_takes(pool, std::chrono::milliseconds((int64_t)(seconds * 1000)),
+                             [&] { ++workers; });
+    return 1 + workers;
 }
 
 py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int threads,
@@ -503,6 +569,16 @@ void def_testing(py::module_ &m) {
           "Runs tasks of ~1 ms on a polite pool of that many threads until a worker took one: "
           "dict(caller: [time slice ns, nice, policy] of the calling thread after, workers: the "
           "same of each other thread that ran a task).");
+    m.def("generator_beside_push", &generator_beside_push, py::arg("stream"), py::arg("codes"),
+          py::arg("share"), py::arg("threads") = 3,
+          "Pushes codes [T, Q] through `stream` on another thread while this one runs a "
+          "generator's polite pool of `threads` threads with `share`, 8 tasks of ~0.2 ms at a "
+          "time: dict(runs, alone: the runs started while share.generator_alone).");
+    m.def("pool_threads_beside_decoder", &pool_threads_beside_decoder, py::arg("threads"),
+          py::arg("share"), py::arg("decoder_threads"), py::arg("seconds") = 1.0,
+          "Runs tasks of ~1 ms on a generator's polite pool of that many threads, with `share`, "
+          "while a decoder push of decoder_threads (0: none) computes: how many threads took "
+          "tasks (the caller included) before a worker took one or `seconds` passed.");
     m.def("set_thread_time_slice", &set_thread_time_slice, py::arg("ns"),
           "Sets the calling thread's time slice as a pool's threads do (0: the kernel's default); "
           "whether the call was accepted.");

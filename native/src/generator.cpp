@@ -78,7 +78,8 @@ struct GenerationSession::State {
 
     State(const TalkerModel &model, const std::vector<int32_t> &ids, const GenerationOptions &o,
           const GenerationProbes &p)
-        : m(model), opt(o), probes(p), trace(p.trace), pool(model.n_threads, model.polite),
+        : m(model), opt(o), probes(p), trace(p.trace),
+          pool(model.n_threads, model.polite, model.core_share.get()),
           rng(o.seed ? *o.seed : ((uint64_t)std::random_device{}() << 32 | std::random_device{}())),
           sampling(model.hp, o) {
         if (o.max_frames < 1) throw InputError("max_frames must be >= 1");
@@ -247,11 +248,13 @@ void check_threads(int n_threads) {
 }  // namespace
 
 Generator::Generator(const std::string &talker_gguf, int n_threads, bool polite,
-                     const std::string &talker_device, const std::string &predictor_device) {
+                     const std::string &talker_device, const std::string &predictor_device,
+                     std::shared_ptr<CoreShare> core_share) {
     check_threads(n_threads);
     model_ = std::make_unique<TalkerModel>(talker_gguf, n_threads, resolve_placement(talker_device),
                                            resolve_placement(predictor_device));
     model_->polite = polite;
+    model_->core_share = std::move(core_share);
 }
 
 Generator::~Generator() = default;
@@ -277,6 +280,7 @@ void Generator::set_kv_cache_type(const std::string &type) {
 }
 const std::string &Generator::talker_device() const { return model_->talker_at.device; }
 const std::string &Generator::predictor_device() const { return model_->predictor_at.device; }
+const std::shared_ptr<CoreShare> &Generator::core_share() const { return model_->core_share; }
 bool Generator::damaged() const { return model_->weights.damaged(); }
 int64_t Generator::text_tokens(const std::vector<int32_t> &input_ids) const {
     return prompt_text_tokens(model_->hp, input_ids);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cpu_backend.h"
+#include "decoder_push.h"
 #include "decoder_arch.h"
 #include "devices_internal.h"
 #include "ggml_raii.h"
@@ -432,10 +433,12 @@ DecoderStream::State::State(const SpeechDecoder::Model &model)
 }
 
 SpeechDecoder::SpeechDecoder(const std::string &path, int n_threads, bool polite,
-                             const std::string &device, DecoderPrecision precision) {
+                             const std::string &device, DecoderPrecision precision,
+                             std::shared_ptr<CoreShare> core_share) {
     if (n_threads < 1 || n_threads > 512) throw InputError("threads must be in 1..512");
     model_ = std::make_unique<Model>(path, n_threads, resolve_placement(device), precision);
     model_->polite = polite;
+    model_->core_share = std::move(core_share);
 }
 
 DecoderPrecision SpeechDecoder::precision() const { return model_->precision; }
@@ -448,6 +451,7 @@ DecoderPrecision decoder_precision(const std::string &name) {
 
 bool SpeechDecoder::polite() const { return model_->polite; }
 const std::string &SpeechDecoder::device() const { return model_->device; }
+const std::shared_ptr<CoreShare> &SpeechDecoder::core_share() const { return model_->core_share; }
 
 SpeechDecoder::~SpeechDecoder() = default;
 
@@ -484,9 +488,11 @@ std::vector<float> DecoderStream::push(const int32_t *codes, int64_t n_frames) {
     const DecoderHParams &hp = state_->m.hp;
     check_codes(hp, codes, n_frames);
     std::lock_guard<std::mutex> lock(state_->mutex);
+    const SpeechDecoder::Model &m = state_->m;
+    const DecoderPush computing(is_cpu(m.device) ? m.core_share.get() : nullptr, m.n_threads);
     std::vector<float> out;
     out.reserve(n_frames * hp.hop_length);
-    const int64_t chunk = chunk_frames(state_->m);
+    const int64_t chunk = chunk_frames(m);
     for (int64_t done = 0; done < n_frames; done += chunk) {
         const int64_t n = std::min(chunk, n_frames - done);
         push_chunk(*state_, codes + done * hp.num_quantizers, n, out);

@@ -3,6 +3,7 @@
 // a push (speech_decoder.cpp) reads them.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,7 @@ struct SpeechDecoder::Model {
     DecoderHParams hp;
     int n_threads;
     bool polite = false;
+    std::shared_ptr<CoreShare> core_share;  // marked by the CPU streams' pushes
     Conv rvq_first_out, rvq_rest_out;  // 1-tap convs without bias
     std::vector<ggml_tensor *> codebooks;
     Conv pre_conv, in_proj, out_proj;

@@ -63,6 +63,7 @@ struct TalkerModel {
     // The K/V cache type of the generations started next (Generator::set_kv_cache_type).
     std::atomic<ggml_type> kv_type{GGML_TYPE_F32};
     bool polite = false;
+    std::shared_ptr<CoreShare> core_share;  // the generations' pools read it
     LmStack talker, predictor;
     ggml_tensor *codec_embd, *text_embd, *text_fc1_w, *text_fc1_b, *text_fc2_w, *text_fc2_b;
     ggml_tensor *head;

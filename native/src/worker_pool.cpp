@@ -87,8 +87,8 @@ struct WorkerPool::Job {
     std::atomic<int64_t> done{0};
 };
 
-WorkerPool::WorkerPool(int n_threads, bool polite)
-    : short_slices_(short_slices_wanted()), polite_(polite) {
+WorkerPool::WorkerPool(int n_threads, bool polite, CoreShare *share)
+    : short_slices_(short_slices_wanted()), polite_(polite), share_(share) {
     for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -153,6 +153,14 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
     if (short_slices_ && last_caller_ != std::this_thread::get_id()) {
         set_thread_time_slice(SHORT_TIME_SLICE_NS);
         last_caller_ = std::this_thread::get_id();
+    }
+    if (share_) {
+        share_->generator_products_.fetch_add(1, std::memory_order_relaxed);
+        // The decoder's threads get the cores: no job for the workers, which soon sleep.
+        if (share_->generator_alone()) {
+            for (int64_t i = 0; i < n_tasks; ++i) task(i);
+            return;
+        }
     }
     auto job = std::make_shared<Job>();
     job->task = &task;

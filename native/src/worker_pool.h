@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "kazeia/core_share.h"
+
 namespace kazeia {
 
 // The time slice a pool's threads ask for: the shortest the kernel grants (it clamps slices to
@@ -46,7 +48,10 @@ class WorkerPool {
     // n_threads >= 1 compute threads in total: the caller of run() plus n_threads - 1 workers.
     // `polite`: idle workers yield the core after a short poll instead of keeping it, for pools
     // that share the cores with another busy pool (the engine's generator and decoder).
-    explicit WorkerPool(int n_threads, bool polite = false);
+    // `share` (a generator's pool; it must outlive the pool): run() counts itself there as a
+    // generator's product, and while it says the generator computes alone, computes every task
+    // on its caller.
+    explicit WorkerPool(int n_threads, bool polite = false, CoreShare *share = nullptr);
     ~WorkerPool();
     WorkerPool(const WorkerPool &) = delete;
     WorkerPool &operator=(const WorkerPool &) = delete;
@@ -72,6 +77,7 @@ class WorkerPool {
     std::thread::id last_caller_;          // the last thread that run() gave short slices
     bool short_slices_ = true;             // whether the pool's threads ask for them
     bool polite_ = false;
+    CoreShare *share_ = nullptr;
     bool stop_ = false;
 };
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kazeia/core_share.h"
 #include "kazeia/hparams.h"
 
 namespace kazeia {
@@ -67,8 +68,10 @@ class Generator {
     // `polite`: see WorkerPool (set when another engine stage computes at the same time).
     // `talker_device` and `predictor_device`: where each stack computes, a placement of
     // devices.h ("cpu", "vulkan:0", "auto", ...; InputError listing the devices when absent).
+    // `core_share`: the one the engine's decoder has (core_share.h), or none.
     Generator(const std::string &talker_gguf, int n_threads, bool polite = false,
-              const std::string &talker_device = "cpu", const std::string &predictor_device = "cpu");
+              const std::string &talker_device = "cpu", const std::string &predictor_device = "cpu",
+              std::shared_ptr<CoreShare> core_share = nullptr);
     ~Generator();
     Generator(const Generator &) = delete;
     Generator &operator=(const Generator &) = delete;
@@ -87,6 +90,7 @@ class Generator {
     // The resolved devices of the two stacks ("cpu", "vulkan:0", ...).
     const std::string &talker_device() const;
     const std::string &predictor_device() const;
+    const std::shared_ptr<CoreShare> &core_share() const;
     // Its talker file changed on disk while mapped: every generation fails (ModelError)
     // until the model is loaded again.
     bool damaged() const;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kazeia/core_share.h"
 #include "kazeia/hparams.h"
 
 namespace kazeia {
@@ -34,9 +35,12 @@ class SpeechDecoder {
     // `polite`: see WorkerPool (set when another engine stage computes at the same time).
     // `device`: where its weights live and its streams compute, a placement of devices.h
     // ("cpu", "vulkan:0", "auto", ...; InputError listing the devices when absent).
+    // `core_share`: the one the engine's generator has (core_share.h), or none; a CPU
+    // stream's pushes mark themselves in it.
     SpeechDecoder(const std::string &path, int n_threads, bool polite = false,
                   const std::string &device = "cpu",
-                  DecoderPrecision precision = DecoderPrecision::F32);
+                  DecoderPrecision precision = DecoderPrecision::F32,
+                  std::shared_ptr<CoreShare> core_share = nullptr);
     ~SpeechDecoder();
     SpeechDecoder(const SpeechDecoder &) = delete;
     SpeechDecoder &operator=(const SpeechDecoder &) = delete;
@@ -45,6 +49,7 @@ class SpeechDecoder {
     int n_threads() const;
     bool polite() const;
     const std::string &device() const;  // the resolved device ("cpu", "vulkan:0", ...)
+    const std::shared_ptr<CoreShare> &core_share() const;
     DecoderPrecision precision() const;
 
     // codes: time-major [n_frames][num_quantizers]; returns n_frames * hop_length samples.
