@@ -617,14 +617,16 @@ def test_a_pools_threads_ask_the_kernel_for_short_time_slices(setting: str, tmp_
 
 @pytest.mark.parametrize(
     ("cores", "decoder_threads", "alone"),
-    [(2, 2, True), (2, 1, True), (3, 2, True), (2, 0, False), (4, 2, False)],
+    [(2, 2, True), (3, 3, True), (2, 0, False), (2, 1, False), (3, 2, False)],
 )
-def test_a_generators_pool_computes_alone_while_a_decoder_push_leaves_it_one_core(
+def test_a_generators_pool_computes_alone_while_a_decoder_push_takes_every_core(
     cores: int, decoder_threads: int, alone: bool
 ) -> None:
-    """While a decoder push computes on threads that leave the generator at most one of the
-    cores the two share, the generator's pool runs every task on its own thread; with no push,
-    or with cores to spare beside the push, its workers take tasks too."""
+    """While a decoder push computes on as many threads as the cores the two share, the
+    generator's pool runs every task on its own thread; with no push, or with cores to spare
+    beside the push, its workers take tasks too. A negative core count is refused."""
+    with pytest.raises(ValueError, match="cores must be >= 0"):
+        native.CoreShare(cores=-1)
     share = native.CoreShare(cores=cores)
     assert share.cores == cores
     seconds = 0.5 if alone else 2.0  # waiting for a worker that should never come, or should

@@ -444,6 +444,7 @@ using CodesArray = py::array_t<int32_t, py::array::c_style | py::array::forcecas
 py::dict generator_beside_push(DecoderStream &stream, const CodesArray &codes,
                                const std::shared_ptr<CoreShare> &share, int threads) {
     if (codes.ndim() != 2) throw InputError("generator_beside_push: codes [T, Q]");
+    if (!share) throw InputError("generator_beside_push: a CoreShare");
     const std::vector<int32_t> c(codes.data(), codes.data() + codes.size());
     const int64_t n_frames = codes.shape(0);
     int64_t runs = 0, alone = 0;
@@ -460,6 +461,10 @@ py::dict generator_beside_push(DecoderStream &stream, const CodesArray &codes,
             }
             pushed = true;
         });
+        struct Joined {  // on every path out of this block
+            std::thread &t;
+            ~Joined() { t.join(); }
+        } joined{pusher};
         while (!pushed) {
             alone += share->generator_alone();
             ++runs;
@@ -469,7 +474,6 @@ py::dict generator_beside_push(DecoderStream &stream, const CodesArray &codes,
                 }
             });
         }
-        pusher.join();
     }
     if (failed) std::rethrow_exception(failed);
     py::dict out;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "decoder_push.h"
+#include "kazeia/error.h"
 
 namespace kazeia {
 
@@ -20,16 +21,18 @@ int usable_cpus() {
 }
 }  // namespace
 
-CoreShare::CoreShare(int cores) : cores_(cores > 0 ? cores : usable_cpus()) {}
+CoreShare::CoreShare(int cores) : cores_(cores > 0 ? cores : usable_cpus()) {
+    if (cores < 0) throw InputError("cores must be >= 0 (0: the CPUs this process may run on)");
+}
 
 bool CoreShare::generator_alone() const {
     const int threads = decoder_threads_.load(std::memory_order_relaxed);
-    return threads > 0 && threads + 1 >= cores_ && !others_busy_.load(std::memory_order_relaxed);
+    return threads >= cores_ && !others_busy_.load(std::memory_order_relaxed);
 }
 
 DecoderPush::DecoderPush(CoreShare *share, int threads)
     : share_(share), threads_(threads),
-      generator_products_(share ? share->generator_products_.load(std::memory_order_relaxed) : 0),
+      generator_jobs_(share ? share->generator_jobs_.load(std::memory_order_relaxed) : 0),
       start_(std::chrono::steady_clock::now()), cpu_start_(std::clock()) {
     if (share_) share_->decoder_threads_.fetch_add(threads_, std::memory_order_relaxed);
 }
@@ -38,13 +41,14 @@ DecoderPush::~DecoderPush() {
     if (!share_) return;
     share_->decoder_threads_.fetch_sub(threads_, std::memory_order_relaxed);
     // Only while the generator computes do the stages' threads outnumber the cores: a push
-    // beside an idle generator (the first, the last, a voice's reference) tells nothing.
-    if (share_->generator_products_.load(std::memory_order_relaxed) == generator_products_) return;
+    // beside an idle generator (the first of an answer, while it waits) tells nothing.
+    if (share_->generator_jobs_.load(std::memory_order_relaxed) == generator_jobs_) return;
     const std::clock_t cpu_end = std::clock();
     const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start_;
     if (cpu_start_ == (std::clock_t)-1 || cpu_end == (std::clock_t)-1 || !(wall.count() > 0.0))
         return;
-    const double got = (double)(cpu_end - cpu_start_) / CLOCKS_PER_SEC / (wall.count() * share_->cores_);
+    const double cpu_s = (double)(cpu_end - cpu_start_) / CLOCKS_PER_SEC;
+    const double got = cpu_s / (wall.count() * share_->cores_);
     share_->last_push_cpu_share_.store(got, std::memory_order_relaxed);
     if (got < CoreShare::OTHERS_BUSY_BELOW)
         share_->others_busy_.store(true, std::memory_order_relaxed);

@@ -22,7 +22,7 @@ class DecoderPush {
   private:
     CoreShare *share_;
     int threads_;
-    uint64_t generator_products_;  // the share's count at the start
+    uint64_t generator_jobs_;  // the share's count at the start
     std::chrono::steady_clock::time_point start_;
     std::clock_t cpu_start_;  // the process's CPU time
 };

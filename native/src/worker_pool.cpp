@@ -155,7 +155,7 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
         last_caller_ = std::this_thread::get_id();
     }
     if (share_) {
-        share_->generator_products_.fetch_add(1, std::memory_order_relaxed);
+        share_->generator_jobs_.fetch_add(1, std::memory_order_relaxed);
         // The decoder's threads get the cores: no job for the workers, which soon sleep.
         if (share_->generator_alone()) {
             for (int64_t i = 0; i < n_tasks; ++i) task(i);

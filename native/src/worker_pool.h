@@ -48,9 +48,9 @@ class WorkerPool {
     // n_threads >= 1 compute threads in total: the caller of run() plus n_threads - 1 workers.
     // `polite`: idle workers yield the core after a short poll instead of keeping it, for pools
     // that share the cores with another busy pool (the engine's generator and decoder).
-    // `share` (a generator's pool; it must outlive the pool): run() counts itself there as a
-    // generator's product, and while it says the generator computes alone, computes every task
-    // on its caller.
+    // `share` (a generator's pool; it must outlive the pool): run() counts its jobs of several
+    // tasks there, and while it says the generator computes alone, computes every task on its
+    // caller.
     explicit WorkerPool(int n_threads, bool polite = false, CoreShare *share = nullptr);
     ~WorkerPool();
     WorkerPool(const WorkerPool &) = delete;

@@ -4,16 +4,16 @@
 // Both stages would use every core. The generator's weight products are bound by memory
 // bandwidth: on some CPUs one of its threads takes far less than twice the time of two. The
 // decoder's products are bound by multiply-adds: its time follows the cores it gets. So while a
-// decoder push computes on the CPU with threads that leave the generator at most one core, the
-// generator computes on its generating thread alone (its other threads sleep) and the decoder's
-// threads get the cores; after the push the generator uses all its threads again.
+// decoder push computes on the CPU with as many threads as there are cores, the generator
+// computes on its generating thread alone (its other threads sleep) and the decoder's threads get
+// the cores; after the push the generator uses all its threads again.
 //
 // Not while other processes keep cores busy: the engine's share of the cores then follows its
 // number of busy threads, and a generator alone would give cores away. So each push during which
 // the generator computed measures the CPU time the whole process got (its stages' threads then
-// outnumber the cores, so alone it gets nearly all of them): below OTHERS_BUSY_BELOW of the cores
-// others are taken to be busy, and the generator keeps its threads until a push gets
-// OTHERS_GONE_FROM again.
+// outnumber the cores, so with no one else busy it gets nearly all of them): below
+// OTHERS_BUSY_BELOW of the cores others are taken to be busy, and the generator keeps its threads
+// until a push gets OTHERS_GONE_FROM again.
 //
 // The engine gives one CoreShare to its generator and its decoder.
 #pragma once
@@ -31,7 +31,8 @@ class CoreShare {
     static constexpr double OTHERS_BUSY_BELOW = 0.8;
     static constexpr double OTHERS_GONE_FROM = 0.9;
 
-    // `cores`: how many cores the two stages share; 0: the CPUs this process may run on.
+    // `cores`: how many cores the two stages share; 0: the CPUs this process may run on
+    // (InputError when negative).
     explicit CoreShare(int cores = 0);
     CoreShare(const CoreShare &) = delete;
     CoreShare &operator=(const CoreShare &) = delete;
@@ -47,11 +48,11 @@ class CoreShare {
 
   private:
     friend class DecoderPush;  // marks the pushes and measures them (src/decoder_push.h)
-    friend class WorkerPool;   // counts the generator's products
+    friend class WorkerPool;   // counts the generator's jobs
 
     int cores_;
     std::atomic<int> decoder_threads_{0};         // of the decoder pushes computing now
-    std::atomic<uint64_t> generator_products_{0};  // weight products the generator started
+    std::atomic<uint64_t> generator_jobs_{0};  // the generator pool's jobs of several tasks
     std::atomic<double> last_push_cpu_share_{-1.0};
     std::atomic<bool> others_busy_{false};
 };
