@@ -9,8 +9,8 @@
 #include <string>
 
 #include "cpu_backend.h"
-#include "decoder_push.h"
 #include "decoder_arch.h"
+#include "decoder_push.h"
 #include "devices_internal.h"
 #include "ggml_raii.h"
 #include "gguf_weights.h"
