@@ -398,6 +398,13 @@ std::vector<int64_t> thread_scheduling() {
             (int64_t)sched_getscheduler(0)};
 }
 
+// Keeps the calling thread's core busy for `how_long`: a task that computes for that time.
+void busy_for(std::chrono::microseconds how_long) {
+    const auto done = std::chrono::steady_clock::now() + how_long;
+    while (std::chrono::steady_clock::now() < done) {
+    }
+}
+
 // Runs 16 tasks of ~1 ms at a time on `pool` until a worker (a thread other than the caller)
 // took one or `give_up` passed; calls on_worker() on each worker the first time it takes one.
 template <class OnWorker>
@@ -409,9 +416,7 @@ void run_until_a_worker_takes(WorkerPool &pool, std::chrono::milliseconds give_u
     const auto until = std::chrono::steady_clock::now() + give_up;
     do {
         pool.run(16, [&](int64_t) {
-            const auto done = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
-            while (std::chrono::steady_clock::now() < done) {
-            }
+            busy_for(std::chrono::milliseconds(1));
             const std::thread::id me = std::this_thread::get_id();
             std::lock_guard<std::mutex> lock(mutex);
             if (me == caller || std::find(seen.begin(), seen.end(), me) != seen.end()) return;
@@ -468,11 +473,7 @@ py::dict generator_beside_push(DecoderStream &stream, const CodesArray &codes,
         while (!pushed) {
             alone += share->generator_alone();
             ++runs;
-            pool.run(8, [](int64_t) {
-                const auto done = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-                while (std::chrono::steady_clock::now() < done) {
-                }
-            });
+            pool.run(8, [](int64_t) { busy_for(std::chrono::microseconds(200)); });
         }
     }
     if (failed) std::rethrow_exception(failed);
