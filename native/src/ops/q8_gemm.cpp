@@ -250,7 +250,8 @@ void q8_gemm_packed(const void *panels, int64_t M, int64_t K, const void *x, int
         for (int64_t i = t * per_task; i < end; ++i) {
             const char *at = base + i * bytes;
             const Q8PanelView view{reinterpret_cast<const uint32_t *>(at),
-                                   reinterpret_cast<const ggml_fp16_t *>(at + scales_at(nb))};
+                                   reinterpret_cast<const ggml_fp16_t *>(at + scales_at(nb)),
+                                   i + 1 < end ? at + bytes : nullptr};
             panel_columns(p, view, cols, n, y + i * R, M);
         }
     });

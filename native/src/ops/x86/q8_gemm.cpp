@@ -16,6 +16,16 @@ KAZEIA_Q8_AVX2_FN inline __m256 scales(const Q8PanelView &p, int64_t b) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(&p.d[b * R])));
 }
 
+// At block b of the panel's nb, the b-th nb-th of the next panel's bytes (p.next) into the L2,
+// so that the whole next panel is asked for while this one computes: read from memory, a
+// panel's bytes are too few for the hardware prefetchers to run ahead of the products.
+KAZEIA_Q8_AVX2_FN inline void prefetch_next(const Q8PanelView &p, int64_t b) {
+    if (!p.next) return;
+    constexpr int64_t block_bytes = R * (int64_t)sizeof(Q8Block);  // a block's words and scales
+    for (int64_t at = (b * block_bytes) & ~int64_t{63}; at < (b + 1) * block_bytes; at += 64)
+        _mm_prefetch(p.next + at, _MM_HINT_T1);
+}
+
 // Unsigned weights (+128) times signed activations, 4 bytes per lane per instruction; the
 // accumulator starts at -128 * the block's activation sum, which makes the sum exact.
 template <int C>
@@ -24,6 +34,7 @@ KAZEIA_Q8_VNNI_FN void panel_vnni(const Q8PanelView &p, const Q8Columns &x, int6
     __m256 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < x.nb; ++b) {
+        prefetch_next(p, b);
         __m256i isum[C];
         for (int c = 0; c < C; ++c) isum[c] = _mm256_set1_epi32(x.offset[(j0 + c) * x.nb + b]);
         const auto *wq = reinterpret_cast<const __m256i *>(&p.q[b * Q8_GROUPS * R]);
@@ -50,6 +61,7 @@ KAZEIA_Q8_AVX2_FN void panel_avx2(const Q8PanelView &p, const Q8Columns &x, int6
     __m256 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < x.nb; ++b) {
+        prefetch_next(p, b);
         __m256i isum[C];
         for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
         const auto *wq = reinterpret_cast<const __m256i *>(&p.q[b * Q8_GROUPS * R]);
