@@ -239,8 +239,9 @@ void q8_gemm_packed(const void *panels, int64_t M, int64_t K, const void *x, int
     Q8Columns &cols = cols_of_thread;
     unpack_columns(x, n, K, cols);
     const int64_t nb = cols.nb, n_panels = M / R, bytes = panel_bytes(nb);
-    // Few long tasks, each a contiguous run of panels: one sequential stream, which the hardware
-    // prefetchers follow (two a thread, so that a preempted thread's share is taken over).
+    // Few long tasks, each a contiguous run of panels: one sequential stream, whose next panel
+    // the x86 kernels ask for ahead (two a thread, so that a preempted thread's share is taken
+    // over).
     const int64_t n_tasks =
         std::min<int64_t>(n_panels, PACKED_TASKS_PER_THREAD * pool->n_threads());
     const int64_t per_task = (n_panels + n_tasks - 1) / n_tasks;

@@ -315,7 +315,7 @@ struct Q8Columns {
 struct Q8PanelView {
     const uint32_t *q;     // [nb][Q8_GROUPS][Q8_GEMM_ROWS]
     const ggml_fp16_t *d;  // [nb][Q8_GEMM_ROWS]: the rows' scales, as the blocks hold them
-    const char *next = nullptr;  // the packed panel read after this one, if any, to prefetch
+    const char *next = nullptr;  // the panel read next, if any: the x86 kernels prefetch it
 };
 struct Q8Panel {
     std::vector<uint32_t> q;

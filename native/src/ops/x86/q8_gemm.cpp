@@ -17,8 +17,9 @@ KAZEIA_Q8_AVX2_FN inline __m256 scales(const Q8PanelView &p, int64_t b) {
 }
 
 // At block b of the panel's nb, the b-th nb-th of the next panel's bytes (p.next) into the L2,
-// so that the whole next panel is asked for while this one computes: read from memory, a
-// panel's bytes are too few for the hardware prefetchers to run ahead of the products.
+// so that the whole next panel is asked for while this one computes. A task's panels are one
+// sequential stream, yet read from memory without this an AMD CPU's prefetchers fell far behind
+// the products (why is not known); T1, not T0, as for the rows' streams (q8_dot.cpp).
 KAZEIA_Q8_AVX2_FN inline void prefetch_next(const Q8PanelView &p, int64_t b) {
     if (!p.next) return;
     constexpr int64_t block_bytes = R * (int64_t)sizeof(Q8Block);  // a block's words and scales
