@@ -142,6 +142,47 @@ def test_a_cpu_decoder_push_has_the_generator_beside_it_compute_alone(
     assert not share.generator_alone  # the push is over
 
 
+def test_a_generation_marks_itself_computing_while_it_computes_a_frame(engine: Engine) -> None:
+    """While a generation on the CPU computes a frame, the engine's CoreShare says so (its
+    decoder's pushes then leave the generator a core); between frames and after, it does not."""
+    share = engine.generator.core_share
+    assert share is not None
+    ids = np.asarray(engine.tokenizer.prompt_ids(TEXT))
+    frames = engine.generator.frames(ids, "vivian", "english", seed=11, max_frames=8)
+    seen: list[bool] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(share.generator_computing)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        got = [next(frames) for _ in range(8)]
+    finally:
+        done.set()
+        watcher.join(timeout=10)
+    assert len(got) == 8 and any(seen), "never seen computing"
+    assert not share.generator_computing
+    frames.close()
+
+
+@pytest.mark.parametrize("generator_computing", [True, False])
+def test_a_cpu_decoder_stream_leaves_a_core_to_a_generation_computing(
+    model_dir: Path, generator_computing: bool
+) -> None:
+    """A CPU decoder stream of 2 threads on 2 shared cores computes a push on the pushing
+    thread alone while a generation computes beside it, and on both threads otherwise: the
+    share of the process's CPU time that the pushing thread spent."""
+    share = CoreShare(cores=2)
+    decoder = SpeechDecoder(str(model_dir / "decoder.gguf"), threads=2, core_share=share)
+    codes = np.zeros((200, decoder.num_quantizers), dtype=np.int32)
+    got = testing.push_cpu_seconds(decoder.stream(), codes, share, generator_computing)
+    on_caller = got["thread_s"] / got["process_s"]
+    assert (on_caller > 0.9) is generator_computing, got
+
+
 # A busy process that ends by itself, should the test be killed before it kills it.
 BUSY_FOR_A_MINUTE = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
 

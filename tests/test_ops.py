@@ -635,6 +635,22 @@ def test_a_generators_pool_computes_alone_while_a_decoder_push_takes_every_core(
     assert not share.generator_alone  # the push is over
 
 
+@pytest.mark.parametrize(
+    ("cores", "threads", "generator_computing", "expected"),
+    [(2, 2, True, 1), (2, 2, False, 2), (3, 3, True, 2), (3, 2, True, 2), (1, 2, True, 1)],
+)
+def test_a_decoder_push_leaves_a_core_to_the_generator_computing_beside_it(
+    cores: int, threads: int, generator_computing: bool, expected: int
+) -> None:
+    """While a decoder push takes every core the two stages share and a generation computes
+    beside it (alone on its own thread), each of the push's jobs runs on one core fewer (at
+    least one); with no generation computing (the first push of an answer, which the generator
+    waits for), or with cores to spare beside the push, on all of the decoder's threads."""
+    share = native.CoreShare(cores=cores)
+    got = testing.decoder_pool_threads(threads, share, generator_computing)
+    assert got == expected, f"{got} threads took the tasks of one job"
+
+
 L3_OF_CPU0 = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
 
 

@@ -131,8 +131,9 @@ class Engine:
         self._files = self._file_states()
         self.devices = resolve_placements(self.settings)  # SettingsError when one is not here
         # Generator and decoder compute at the same time while streaming: their idle workers
-        # yield the cores to each other ("polite" pools), and while the decoder's threads take
-        # the cores the generator computes on one thread (CoreShare).
+        # yield the cores to each other ("polite" pools), and while a decoder push would take
+        # every core beside a frame being generated, the generator computes on one thread and
+        # the push on the other cores (CoreShare).
         self._core_share = CoreShare()
         self.generator = self._load_generator(self.settings, self.devices)
         # The in-process decoder (hundreds of MB) is loaded only where it decodes: with the

@@ -197,6 +197,7 @@ void def_engine(py::module_ &m) {
         "both (kazeia/core_share.h). cores 0: the CPUs this process may run on.")
         .def(py::init<int>(), py::arg("cores") = 0)
         .def_property_readonly("cores", &CoreShare::cores)
+        .def_property_readonly("generator_computing", &CoreShare::generator_computing)
         .def_property_readonly("generator_alone", &CoreShare::generator_alone)
         .def_property_readonly("last_push_cpu_share", &CoreShare::last_push_cpu_share)
         .def_readonly_static("OTHERS_BUSY_BELOW", &CoreShare::OTHERS_BUSY_BELOW)

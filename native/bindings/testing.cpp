@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -29,7 +30,7 @@
 #include "kazeia/error.h"
 #include "kazeia/speech_decoder.h"
 #include "src/cpu_backend.h"
-#include "src/decoder_push.h"
+#include "src/core_share_marks.h"
 #include "src/generation_probes.h"
 #include "src/ggml_raii.h"
 #include "src/lm_graph.h"
@@ -497,6 +498,59 @@ int pool_threads_beside_decoder(int threads, const std::shared_ptr<CoreShare> &s
     return 1 + workers;
 }
 
+// The most threads that took tasks of one job of a decoder's polite pool of `threads`
+// threads, running jobs of 16 tasks of ~1 ms for `seconds`, while a push of as many threads is
+// marked in `share` and, with `generator_computing`, a generation computing.
+int decoder_pool_threads(int threads, const std::shared_ptr<CoreShare> &share,
+                         bool generator_computing, double seconds) {
+    if (!share) throw InputError("decoder_pool_threads: a CoreShare");
+    py::gil_scoped_release released;
+    const DecoderPush push(share.get(), threads);
+    const GeneratorComputing computing(generator_computing ? share.get() : nullptr);
+    WorkerPool pool(threads, /*polite=*/true, share.get(), PoolStage::Decoder);
+    size_t most = 0;
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds((int64_t)(seconds * 1000));
+    do {
+        std::mutex mutex;
+        std::vector<std::thread::id> seen;
+        pool.run(16, [&](int64_t) {
+            busy_for(std::chrono::milliseconds(1));
+            const std::thread::id me = std::this_thread::get_id();
+            std::lock_guard<std::mutex> lock(mutex);
+            if (std::find(seen.begin(), seen.end(), me) == seen.end()) seen.push_back(me);
+        });
+        most = std::max(most, seen.size());
+    } while (std::chrono::steady_clock::now() < until);
+    return (int)most;
+}
+
+// The CPU seconds of this thread and of the whole process during a push of codes [T, Q]
+// through `stream` on this thread, with a generation marked computing in `share` or not.
+py::dict push_cpu_seconds(DecoderStream &stream, const CodesArray &codes,
+                          const std::shared_ptr<CoreShare> &share, bool generator_computing) {
+    if (codes.ndim() != 2) throw InputError("push_cpu_seconds: codes [T, Q]");
+    const std::vector<int32_t> c(codes.data(), codes.data() + codes.size());
+    auto cpu_s = [](clockid_t clock) {
+        timespec ts{};
+        clock_gettime(clock, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    };
+    double thread_s = 0.0, process_s = 0.0;
+    {
+        py::gil_scoped_release released;
+        const GeneratorComputing computing(generator_computing ? share.get() : nullptr);
+        const double thread0 = cpu_s(CLOCK_THREAD_CPUTIME_ID), process0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+        stream.push(c.data(), codes.shape(0));
+        thread_s = cpu_s(CLOCK_THREAD_CPUTIME_ID) - thread0;
+        process_s = cpu_s(CLOCK_PROCESS_CPUTIME_ID) - process0;
+    }
+    py::dict out;
+    out["thread_s"] = thread_s;
+    out["process_s"] = process_s;
+    return out;
+}
+
 py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int threads,
                        int repeats, bool panels) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32)
@@ -584,6 +638,16 @@ void def_testing(py::module_ &m) {
           "Runs tasks of ~1 ms on a generator's polite pool of that many threads, with `share`, "
           "while a decoder push of decoder_threads (0: none) computes: how many threads took "
           "tasks (the caller included) before a worker took one or `seconds` passed.");
+    m.def("decoder_pool_threads", &decoder_pool_threads, py::arg("threads"), py::arg("share"),
+          py::arg("generator_computing"), py::arg("seconds") = 0.5,
+          "Runs jobs of 16 tasks of ~1 ms on a decoder's polite pool of that many threads, with "
+          "`share`, for `seconds`, while a push of as many threads and (generator_computing) a "
+          "generation computing are marked there: the most threads that took tasks of one job.");
+    m.def("push_cpu_seconds", &push_cpu_seconds, py::arg("stream"), py::arg("codes"),
+          py::arg("share"), py::arg("generator_computing"),
+          "Pushes codes [T, Q] through `stream` on this thread, with a generation marked "
+          "computing in `share` or not: dict(thread_s, process_s), the CPU seconds of this "
+          "thread and of the whole process during the push.");
     m.def("set_thread_time_slice", &set_thread_time_slice, py::arg("ns"),
           "Sets the calling thread's time slice as a pool's threads do (0: the kernel's default); "
           "whether the call was accepted.");

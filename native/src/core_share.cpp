@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "decoder_push.h"
+#include "core_share_marks.h"
 #include "kazeia/error.h"
 
 namespace kazeia {
@@ -28,6 +28,11 @@ CoreShare::CoreShare(int cores) : cores_(cores > 0 ? cores : usable_cpus()) {
 bool CoreShare::generator_alone() const {
     const int threads = decoder_threads_.load(std::memory_order_relaxed);
     return threads >= cores_ && !others_busy_.load(std::memory_order_relaxed);
+}
+
+int CoreShare::decoder_threads_now(int threads) const {
+    if (!generator_computing() || !generator_alone()) return threads;
+    return std::min(threads, std::max(1, cores_ - 1));
 }
 
 DecoderPush::DecoderPush(CoreShare *share, int threads)

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "code_predictor.h"
+#include "core_share_marks.h"
 #include "cpu_backend.h"
 #include "devices_internal.h"
 #include "frame_graph.h"
@@ -185,6 +186,9 @@ struct GenerationSession::State {
 
     std::optional<Frame> next() {
         if (done) return std::nullopt;
+        // A stack on the CPU: a decoder push beside this frame leaves the generator a core.
+        const bool on_cpu = m.talker_at.on_cpu() || m.predictor_at.on_cpu();
+        const GeneratorComputing computing(on_cpu ? m.core_share.get() : nullptr);
         check_weights();
         const TalkerHParams &hp = m.hp;
         const int64_t vocab = hp.talker.vocab_size;

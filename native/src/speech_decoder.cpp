@@ -10,7 +10,7 @@
 
 #include "cpu_backend.h"
 #include "decoder_arch.h"
-#include "decoder_push.h"
+#include "core_share_marks.h"
 #include "devices_internal.h"
 #include "ggml_raii.h"
 #include "gguf_weights.h"
@@ -423,7 +423,8 @@ void push_chunk(DecoderStream::State &s, const int32_t *codes, int64_t valid,
 }  // namespace
 
 DecoderStream::State::State(const SpeechDecoder::Model &model)
-    : m(model), pool(model.n_threads, model.polite) {
+    : m(model), pool(model.n_threads, model.polite,
+                     is_cpu(model.device) ? model.core_share.get() : nullptr, PoolStage::Decoder) {
     backend.reset(is_cpu(model.device) ? new_cpu_backend() : new_gpu_backend(model.device));
     allocr.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
     graph_mem.resize(ggml_tensor_overhead() * GRAPH_SIZE * 2 +

@@ -85,10 +85,11 @@ struct WorkerPool::Job {
     int64_t n_tasks;
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
+    std::atomic<int64_t> seats{0};  // how many more workers may join it
 };
 
-WorkerPool::WorkerPool(int n_threads, bool polite, CoreShare *share)
-    : short_slices_(short_slices_wanted()), polite_(polite), share_(share) {
+WorkerPool::WorkerPool(int n_threads, bool polite, CoreShare *share, PoolStage stage)
+    : short_slices_(short_slices_wanted()), polite_(polite), share_(share), stage_(stage) {
     for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -140,7 +141,7 @@ void WorkerPool::worker_loop() {
         }
         // A worker that wakes after the job finished still finds it here (it is kept until
         // the next run), with every task taken.
-        if (job) work(*job);
+        if (job && job->seats.fetch_sub(1, std::memory_order_relaxed) > 0) work(*job);
     }
 }
 
@@ -154,17 +155,22 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
         set_thread_time_slice(SHORT_TIME_SLICE_NS);
         last_caller_ = std::this_thread::get_id();
     }
-    if (share_) {
+    int64_t helpers = (int64_t)workers_.size();
+    if (share_ && stage_ == PoolStage::Generator) {
         share_->generator_jobs_.fetch_add(1, std::memory_order_relaxed);
         // The decoder's threads get the cores: no job for the workers, which soon sleep.
-        if (share_->generator_alone()) {
-            for (int64_t i = 0; i < n_tasks; ++i) task(i);
-            return;
-        }
+        if (share_->generator_alone()) helpers = 0;
+    } else if (share_) {
+        helpers = share_->decoder_threads_now(n_threads()) - 1;
+    }
+    if (helpers == 0) {
+        for (int64_t i = 0; i < n_tasks; ++i) task(i);
+        return;
     }
     auto job = std::make_shared<Job>();
     job->task = &task;
     job->n_tasks = n_tasks;
+    job->seats = helpers;
     bool wake;
     {
         std::lock_guard<std::mutex> lock(mutex_);

@@ -43,15 +43,20 @@ bool set_thread_time_slice(uint64_t ns);
 // The calling thread's time slice in ns as the kernel reports it (0 where it reports none).
 uint64_t thread_time_slice_ns();
 
+// Which of an engine's stages a pool computes for, as its CoreShare sees it.
+enum class PoolStage { Generator, Decoder };
+
 class WorkerPool {
   public:
     // n_threads >= 1 compute threads in total: the caller of run() plus n_threads - 1 workers.
     // `polite`: idle workers yield the core after a short poll instead of keeping it, for pools
     // that share the cores with another busy pool (the engine's generator and decoder).
-    // `share` (a generator's pool; it must outlive the pool): run() counts its jobs of several
-    // tasks there, and while it says the generator computes alone, computes every task on its
-    // caller.
-    explicit WorkerPool(int n_threads, bool polite = false, CoreShare *share = nullptr);
+    // `share` (it must outlive the pool): a generator's pool counts its jobs of several tasks
+    // there, and while it says the generator computes alone, computes every task on its caller;
+    // a decoder's pool computes each job on as many of its threads as it says
+    // (decoder_threads_now).
+    explicit WorkerPool(int n_threads, bool polite = false, CoreShare *share = nullptr,
+                        PoolStage stage = PoolStage::Generator);
     ~WorkerPool();
     WorkerPool(const WorkerPool &) = delete;
     WorkerPool &operator=(const WorkerPool &) = delete;
@@ -78,6 +83,7 @@ class WorkerPool {
     bool short_slices_ = true;             // whether the pool's threads ask for them
     bool polite_ = false;
     CoreShare *share_ = nullptr;
+    PoolStage stage_ = PoolStage::Generator;
     bool stop_ = false;
 };
 

@@ -5,15 +5,17 @@
 // bandwidth: on some CPUs one of its threads takes far less than twice the time of two. The
 // decoder's products are bound by multiply-adds: its time follows the cores it gets. So while a
 // decoder push computes on the CPU with as many threads as there are cores, the generator
-// computes on its generating thread alone (its other threads sleep) and the decoder's threads get
-// the cores; after the push the generator uses all its threads again.
+// computes on its generating thread alone (its other threads sleep), and the push, while a
+// generator computes beside it, computes on one core fewer: each stage then has cores of its own
+// and none waits for a thread the other's took. After the push the generator uses all its
+// threads again; a push with no generator computing (the first of an answer, while the generator
+// waits for it, or the last) takes every core.
 //
 // Not while other processes keep cores busy: the engine's share of the cores then follows its
 // number of busy threads, and a generator alone would give cores away. So each push during which
-// the generator computed measures the CPU time the whole process got (its stages' threads then
-// outnumber the cores, so with no one else busy it gets nearly all of them): below
-// OTHERS_BUSY_BELOW of the cores others are taken to be busy, and the generator keeps its threads
-// until a push gets OTHERS_GONE_FROM again.
+// the generator computed measures the CPU time the whole process got: below OTHERS_BUSY_BELOW of
+// the cores others are taken to be busy, and both stages keep their threads until a push gets
+// OTHERS_GONE_FROM again.
 //
 // The engine gives one CoreShare to its generator and its decoder.
 #pragma once
@@ -24,6 +26,7 @@
 namespace kazeia {
 
 class DecoderPush;
+class GeneratorComputing;
 class WorkerPool;
 
 class CoreShare {
@@ -38,8 +41,15 @@ class CoreShare {
     CoreShare &operator=(const CoreShare &) = delete;
 
     int cores() const { return cores_; }
+    // Whether a generation computes a frame on the CPU now.
+    bool generator_computing() const {
+        return generators_computing_.load(std::memory_order_relaxed) > 0;
+    }
     // Whether the generator computes on its own thread alone now.
     bool generator_alone() const;
+    // How many threads a decoder push's op of `threads` threads computes on now: one core fewer
+    // than the cores (at least one) while the generator computes alone beside it, else all.
+    int decoder_threads_now(int threads) const;
     // The process's CPU time during the last push measured (one the generator computed beside),
     // over that push's wall time times the cores; -1 before the first.
     double last_push_cpu_share() const {
@@ -47,11 +57,14 @@ class CoreShare {
     }
 
   private:
-    friend class DecoderPush;  // marks the pushes and measures them (src/decoder_push.h)
-    friend class WorkerPool;   // counts the generator's jobs
+    // The marks (src/core_share_marks.h): the pushes, measured, and the generations computing.
+    friend class DecoderPush;
+    friend class GeneratorComputing;
+    friend class WorkerPool;  // counts the generator's jobs
 
     int cores_;
     std::atomic<int> decoder_threads_{0};      // of the decoder pushes computing now
+    std::atomic<int> generators_computing_{0};  // generations computing a frame on the CPU now
     std::atomic<uint64_t> generator_jobs_{0};  // the generator pool's jobs of several tasks
     std::atomic<double> last_push_cpu_share_{-1.0};
     std::atomic<bool> others_busy_{false};

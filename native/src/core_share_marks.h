@@ -1,4 +1,5 @@
-// A decoder push as its engine's CoreShare sees it (kazeia/core_share.h).
+// What an engine's stages mark in its CoreShare (kazeia/core_share.h): the decoder's pushes and
+// the generations computing.
 #pragma once
 
 #include <chrono>
@@ -25,6 +26,23 @@ class DecoderPush {
     uint64_t generator_jobs_;  // the share's count at the start
     std::chrono::steady_clock::time_point start_;
     std::clock_t cpu_start_;  // the process's CPU time
+};
+
+// Marks a generation as computing on the CPU for its lifetime: a frame, from the call that asks
+// for it to its return (`share` null: marks nothing).
+class GeneratorComputing {
+  public:
+    explicit GeneratorComputing(CoreShare *share) : share_(share) {
+        if (share_) share_->generators_computing_.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~GeneratorComputing() {
+        if (share_) share_->generators_computing_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    GeneratorComputing(const GeneratorComputing &) = delete;
+    GeneratorComputing &operator=(const GeneratorComputing &) = delete;
+
+  private:
+    CoreShare *share_;
 };
 
 }  // namespace kazeia
