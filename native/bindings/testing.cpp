@@ -458,7 +458,7 @@ py::dict generator_beside_push(DecoderStream &stream, const CodesArray &codes,
     {
         py::gil_scoped_release released;
         std::atomic<bool> pushed{false};
-        WorkerPool pool(threads, /*polite=*/true, share.get());
+        WorkerPool pool(threads, /*polite=*/true, share.get(), PoolStage::Generator);
         std::thread pusher([&] {
             try {
                 stream.push(c.data(), n_frames);
@@ -491,7 +491,7 @@ int pool_threads_beside_decoder(int threads, const std::shared_ptr<CoreShare> &s
                                 int decoder_threads, double seconds) {
     py::gil_scoped_release released;
     const DecoderPush push(decoder_threads > 0 ? share.get() : nullptr, decoder_threads);
-    WorkerPool pool(threads, /*polite=*/true, share.get());
+    WorkerPool pool(threads, /*polite=*/true, share.get(), PoolStage::Generator);
     int workers = 0;
     run_until_a_worker_takes(pool, std::chrono::milliseconds((int64_t)(seconds * 1000)),
                              [&] { ++workers; });

@@ -45,8 +45,9 @@ DecoderPush::DecoderPush(CoreShare *share, int threads)
 DecoderPush::~DecoderPush() {
     if (!share_) return;
     share_->decoder_threads_.fetch_sub(threads_, std::memory_order_relaxed);
-    // Only while the generator computes do the stages' threads outnumber the cores: a push
-    // beside an idle generator (the first of an answer, while it waits) tells nothing.
+    // Only while the generator computes do the stages' threads fill the cores (outnumber them,
+    // or match them where the push leaves the generator a core): a push beside an idle
+    // generator (the first of an answer, while it waits) tells nothing.
     if (share_->generator_jobs_.load(std::memory_order_relaxed) == generator_jobs_) return;
     const std::clock_t cpu_end = std::clock();
     const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start_;

@@ -80,7 +80,7 @@ struct GenerationSession::State {
     State(const TalkerModel &model, const std::vector<int32_t> &ids, const GenerationOptions &o,
           const GenerationProbes &p)
         : m(model), opt(o), probes(p), trace(p.trace),
-          pool(model.n_threads, model.polite, model.core_share.get()),
+          pool(model.n_threads, model.polite, model.core_share.get(), PoolStage::Generator),
           rng(o.seed ? *o.seed : ((uint64_t)std::random_device{}() << 32 | std::random_device{}())),
           sampling(model.hp, o) {
         if (o.max_frames < 1) throw InputError("max_frames must be >= 1");
@@ -126,10 +126,17 @@ struct GenerationSession::State {
         return step_embed.data();
     }
 
+    // Marks the generation computing while a stack computes on the CPU: a decoder push beside
+    // it then leaves the generator a core (kazeia/core_share.h).
+    GeneratorComputing computing_on(const StackPlacement &at) const {
+        return GeneratorComputing(at.on_cpu() ? m.core_share.get() : nullptr);
+    }
+
     void talker_step() {
         const auto t0 = std::chrono::steady_clock::now();
         pending_step_input();
         if (trace) trace->step_embeds.insert(trace->step_embeds.end(), step_embed.begin(), step_embed.end());
+        const GeneratorComputing computing = computing_on(m.talker_at);
         talker->step(step_embed.data());
         talker_ms += ms_since(t0);
         record_talker_call();
@@ -186,14 +193,12 @@ struct GenerationSession::State {
 
     std::optional<Frame> next() {
         if (done) return std::nullopt;
-        // A stack on the CPU: a decoder push beside this frame leaves the generator a core.
-        const bool on_cpu = m.talker_at.on_cpu() || m.predictor_at.on_cpu();
-        const GeneratorComputing computing(on_cpu ? m.core_share.get() : nullptr);
         check_weights();
         const TalkerHParams &hp = m.hp;
         const int64_t vocab = hp.talker.vocab_size;
         if (!started) {
             const auto t0 = std::chrono::steady_clock::now();
+            const GeneratorComputing computing = computing_on(m.talker_at);
             talker->prefill(prompt);
             talker_ms += ms_since(t0);
             record_talker_call();
@@ -229,6 +234,7 @@ struct GenerationSession::State {
         }
         if (!whole) {
             const auto t0 = std::chrono::steady_clock::now();
+            const GeneratorComputing computing = computing_on(m.predictor_at);
             predictor->predict(talker->hidden().data(), frame, sampling.predictor, rng,
                                trace ? &trace->cp_logits : nullptr, forced);
             predictor_ms += ms_since(t0);

@@ -116,9 +116,11 @@ void WorkerPool::work(Job &job) {
 void WorkerPool::worker_loop() {
     if (short_slices_) set_thread_time_slice(SHORT_TIME_SLICE_NS);
     uint64_t seen = 0;
+    bool seated = true;  // whether the last job had a seat for this worker
     for (;;) {
         const auto start = std::chrono::steady_clock::now();
-        const auto spin_until = start + SPIN_BEFORE_SLEEP, pause_until = start + POLITE_PAUSE;
+        const auto spin_until = start + (seated ? SPIN_BEFORE_SLEEP : std::chrono::microseconds(0));
+        const auto pause_until = start + POLITE_PAUSE;
         for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
             KAZEIA_CPU_RELAX();
             if ((i & 63) != 0) continue;
@@ -140,8 +142,10 @@ void WorkerPool::worker_loop() {
             job = job_;
         }
         // A worker that wakes after the job finished still finds it here (it is kept until
-        // the next run), with every task taken.
-        if (job && job->seats.fetch_sub(1, std::memory_order_relaxed) > 0) work(*job);
+        // the next run), with every task taken. One that finds no seat left sleeps until the
+        // next job instead of polling: the jobs that leave it out come one after another.
+        seated = !job || job->seats.fetch_sub(1, std::memory_order_relaxed) > 0;
+        if (job && seated) work(*job);
     }
 }
 
@@ -158,7 +162,7 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
     int64_t helpers = (int64_t)workers_.size();
     if (share_ && stage_ == PoolStage::Generator) {
         share_->generator_jobs_.fetch_add(1, std::memory_order_relaxed);
-        // The decoder's threads get the cores: no job for the workers, which soon sleep.
+        // The decoder's push takes the other cores: no job for the workers, which soon sleep.
         if (share_->generator_alone()) helpers = 0;
     } else if (share_) {
         helpers = share_->decoder_threads_now(n_threads()) - 1;
@@ -178,7 +182,10 @@ void WorkerPool::run(int64_t n_tasks, const std::function<void(int64_t)> &task) 
         generation_.fetch_add(1, std::memory_order_release);
         wake = sleepers_ > 0;
     }
-    if (wake) wake_.notify_all();
+    if (wake && helpers < (int64_t)workers_.size())
+        for (int64_t i = 0; i < helpers; ++i) wake_.notify_one();
+    else if (wake)
+        wake_.notify_all();
     // The caller works too: if every worker is asleep or preempted it does all the tasks
     // itself, and it only ever waits for tasks another thread has already started.
     work(*job);

@@ -51,12 +51,13 @@ class WorkerPool {
     // n_threads >= 1 compute threads in total: the caller of run() plus n_threads - 1 workers.
     // `polite`: idle workers yield the core after a short poll instead of keeping it, for pools
     // that share the cores with another busy pool (the engine's generator and decoder).
-    // `share` (it must outlive the pool): a generator's pool counts its jobs of several tasks
-    // there, and while it says the generator computes alone, computes every task on its caller;
-    // a decoder's pool computes each job on as many of its threads as it says
+    explicit WorkerPool(int n_threads, bool polite = false)
+        : WorkerPool(n_threads, polite, nullptr, PoolStage::Generator) {}
+    // `share` (it must outlive the pool; null: none): a generator's pool counts its jobs of
+    // several tasks there, and while it says the generator computes alone, computes every task
+    // on its caller; a decoder's pool computes each job on as many of its threads as it says
     // (decoder_threads_now).
-    explicit WorkerPool(int n_threads, bool polite = false, CoreShare *share = nullptr,
-                        PoolStage stage = PoolStage::Generator);
+    WorkerPool(int n_threads, bool polite, CoreShare *share, PoolStage stage);
     ~WorkerPool();
     WorkerPool(const WorkerPool &) = delete;
     WorkerPool &operator=(const WorkerPool &) = delete;

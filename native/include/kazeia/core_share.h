@@ -4,18 +4,19 @@
 // Both stages would use every core. The generator's weight products are bound by memory
 // bandwidth: on some CPUs one of its threads takes far less than twice the time of two. The
 // decoder's products are bound by multiply-adds: its time follows the cores it gets. So while a
-// decoder push computes on the CPU with as many threads as there are cores, the generator
-// computes on its generating thread alone (its other threads sleep), and the push, while a
-// generator computes beside it, computes on one core fewer: each stage then has cores of its own
-// and none waits for a thread the other's took. After the push the generator uses all its
-// threads again; a push with no generator computing (the first of an answer, while the generator
-// waits for it, or the last) takes every core.
+// decoder push computes on the CPU with at least as many threads as there are cores, the
+// generator computes on its generating thread alone (its other threads sleep), and each op of
+// the push that starts while the generator computes a stack on the CPU runs on cores - 1 threads
+// (at least one): each stage then has cores of its own, so neither waits for a thread the other
+// took. After the push the generator uses all its threads again. An op with no generation
+// computing beside it runs on every thread of the push: in a stream, the answer's first push
+// (which the generator waits for) and its last.
 //
 // Not while other processes keep cores busy: the engine's share of the cores then follows its
 // number of busy threads, and a generator alone would give cores away. So each push during which
-// the generator computed measures the CPU time the whole process got: below OTHERS_BUSY_BELOW of
-// the cores others are taken to be busy, and both stages keep their threads until a push gets
-// OTHERS_GONE_FROM again.
+// the generator computed measures the CPU time the whole process got (its stages' threads then
+// at least fill the cores): below OTHERS_BUSY_BELOW of the cores others are taken to be busy,
+// and both stages keep all their threads until a push gets OTHERS_GONE_FROM again.
 //
 // The engine gives one CoreShare to its generator and its decoder.
 #pragma once
@@ -47,8 +48,9 @@ class CoreShare {
     }
     // Whether the generator computes on its own thread alone now.
     bool generator_alone() const;
-    // How many threads a decoder push's op of `threads` threads computes on now: one core fewer
-    // than the cores (at least one) while the generator computes alone beside it, else all.
+    // How many threads an op of a decoder push of `threads` threads computes on now: cores - 1
+    // (at least one, at most `threads`) while a generation computes alone beside the push,
+    // else all of them.
     int decoder_threads_now(int threads) const;
     // The process's CPU time during the last push measured (one the generator computed beside),
     // over that push's wall time times the cores; -1 before the first.
