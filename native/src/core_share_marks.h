@@ -28,8 +28,9 @@ class DecoderPush {
     std::clock_t cpu_start_;  // the process's CPU time
 };
 
-// Marks a generation as computing on the CPU for its lifetime: a frame, from the call that asks
-// for it to its return (`share` null: marks nothing).
+// Marks a generation as computing on the CPU for its lifetime: the generator holds one around
+// each piece of work of a stack placed on the CPU (the prefill, a talker step, a frame's code
+// predictor). `share` null: marks nothing.
 class GeneratorComputing {
   public:
     explicit GeneratorComputing(CoreShare *share) : share_(share) {

@@ -42,7 +42,7 @@ class CoreShare {
     CoreShare &operator=(const CoreShare &) = delete;
 
     int cores() const { return cores_; }
-    // Whether a generation computes a frame on the CPU now.
+    // Whether a generation computes on the CPU now (its talker or code predictor).
     bool generator_computing() const {
         return generators_computing_.load(std::memory_order_relaxed) > 0;
     }
