@@ -65,9 +65,9 @@ class CoreShare {
     friend class WorkerPool;  // counts the generator's jobs
 
     int cores_;
-    std::atomic<int> decoder_threads_{0};      // of the decoder pushes computing now
-    std::atomic<int> generators_computing_{0};  // generations computing a frame on the CPU now
-    std::atomic<uint64_t> generator_jobs_{0};  // the generator pool's jobs of several tasks
+    std::atomic<int> decoder_threads_{0};       // of the decoder pushes computing now
+    std::atomic<int> generators_computing_{0};  // generations computing on the CPU now
+    std::atomic<uint64_t> generator_jobs_{0};   // the generator pool's jobs of several tasks
     std::atomic<double> last_push_cpu_share_{-1.0};
     std::atomic<bool> others_busy_{false};
 };
