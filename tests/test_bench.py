@@ -31,6 +31,7 @@ from kazeia_dev.bench.engine_figures import (
     add_row_ratios,
     generator_gflop_per_frame,
     memory_floor,
+    runs_against_floor,
     target_verdicts,
 )
 from kazeia_dev.bench.engine_report import (
@@ -151,6 +152,60 @@ def test_the_floor_line_sets_the_code_predictor_against_both_read_rates(
         in line
     )
     assert f"(floor {floor['talker_floor_ms']:.1f} ms)" in line
+
+
+def test_each_run_is_set_against_the_read_bandwidth_measured_around_it() -> None:
+    """A run's floor is its bytes at the mean of the probes just before and just after it, not
+    at one probe taken minutes away (the box's bandwidth moves with its other tenants)."""
+    # 300 MB: 10 ms at 40 GB/s (probes 30 and 50) is 1.33x its 7.5 ms floor; 20 ms at 30 GB/s
+    # (50 and 10) 2.0x its 10 ms.
+    assert runs_against_floor([10.0, 20.0], [30.0, 50.0, 10.0], 300.0) == pytest.approx(
+        [4 / 3, 2.0]
+    )
+    with pytest.raises(ValueError, match="one more read probe than runs"):
+        runs_against_floor([10.0, 20.0], [30.0, 50.0], 300.0)
+
+
+def test_the_generator_alone_is_timed_between_read_probes(tiny_model: Path) -> None:
+    """The floor line's generator runs each lie between two read probes of the same process,
+    and the report sets them against those probes' rates."""
+    from kazeia_dev.bench.engine_child import _generator_alone
+
+    from wyoming_kazeia.engine import Engine
+    from wyoming_kazeia.settings import EngineSettings
+
+    engine = Engine(tiny_model, EngineSettings(max_frames=8, seed=3))
+    args = argparse.Namespace(
+        model_dir=tiny_model,
+        text="Hello there.",
+        speaker="vivian",
+        language="english",
+        seed=3,
+        frames=8,
+        repeats=2,
+        threads=2,
+    )
+    alone = _generator_alone(engine, args)
+    assert len(alone["read_gb_s"]) == 3 and all(r > 0 for r in alone["read_gb_s"])
+    assert alone["talker_ms"] > 0 and alone["talker_vs_floor"] > 0
+    floor = {
+        "talker_mb": 1.0,
+        "predictor_mb": 15.0,
+        "predictor_pass_mb": 1.0,
+        "read_gb_s": 10.0,
+        "reread_gb_s": 20.0,
+        "talker_floor_ms": 0.1,
+        "predictor_floor_ms": 1.5,
+        "predictor_cached_floor_ms": 0.75,
+    }
+    result = {
+        "memory_floor": floor,
+        "rows": {"subprocess": {"generator_alone": alone}},
+        "config": {"bandwidth_threads": 2},
+    }
+    line = _memory_floor_lines(result)[-1]
+    assert f"talker {alone['talker_vs_floor']:.2f}x its floor" in line
+    assert "over 3 probes" in line
 
 
 def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:

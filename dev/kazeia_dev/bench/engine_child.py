@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from wyoming_kazeia._native import testing
 from wyoming_kazeia.native import Generator
-from wyoming_kazeia.settings import EngineSettings
+from wyoming_kazeia.settings import EngineSettings, usable_cpus
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
 from .common import logger
+from .engine_figures import FLOOR_PROBE_MB, runs_against_floor, weights_read_per_frame
 from .player import Chunk, learn, player_figures, warm_rates
 
 # The cloned-voice rows' reference recording's transcript.
@@ -104,6 +106,8 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
     logger.info("warm-up: first audio %.0f ms, total %.2f s", 1e3 * cold["ttfa_s"], cold["total_s"])
     runs, audios, arrivals = _timed_runs(engine, args, voice, cold_arrivals)
     np.save(args.out, audios[-1])
+    # The row's memory is its syntheses': read before the read probes below allocate theirs.
+    peak, rss_end = status_mb("VmHWM"), status_mb("VmRSS")
     # The memory-floor line's figures: the generator with nothing decoding beside it (in the
     # subprocess row, whose process holds no decoder).
     alone = _generator_alone(engine, args) if args.subprocess and voice is None else None
@@ -112,12 +116,11 @@ def child_engine(args: argparse.Namespace) -> dict[str, Any]:
     whole = _whole_vs_apart(engine, args) if shared_gpu and voice is None else None
     result = _run_figures(engine, args, runs, audios, cold)
     child_peak = decoder_peak_mb
-    peak = status_mb("VmHWM")
     result.update(
         load_s=load_s,
         rss_start_mb=rss_start,
         rss_load_mb=rss_load,
-        rss_end_mb=status_mb("VmRSS"),
+        rss_end_mb=rss_end,
         peak_rss_mb=peak,
         decoder_subprocess_peak_rss_mb=child_peak,
         engine_peak_rss_mb=peak + child_peak,
@@ -255,11 +258,16 @@ def _run_figures(
     return result
 
 
-def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, float]:
+def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Talker and code-predictor ms per frame of the row's text with no decoder running,
-    medians over the row's repeats."""
+    medians over the row's repeats, and each against its memory floor at the read bandwidth
+    measured around that run (the probes' GB/s in ``read_gb_s``: one before each run and one
+    after the last; ``*_vs_floor``: the median over the runs)."""
+    weights = weights_read_per_frame(Path(args.model_dir) / "talker.gguf")
+    bandwidth_threads = min(args.threads, usable_cpus())  # as the floor line's other probes
     ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
     talker, predictor = [], []
+    reads = [testing.read_bandwidth(FLOOR_PROBE_MB, bandwidth_threads)]
     for _ in range(args.repeats):
         it = engine.generator.frames(
             ids, args.speaker, args.language, seed=args.seed, max_frames=args.frames
@@ -269,7 +277,18 @@ def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, float]:
         it.close()
         talker.append(stats["talker_ms"] / max(frames, 1))
         predictor.append(stats["predictor_ms"] / max(frames, 1))
-    return {"talker_ms": statistics.median(talker), "predictor_ms": statistics.median(predictor)}
+        reads.append(testing.read_bandwidth(FLOOR_PROBE_MB, bandwidth_threads))
+    return {
+        "talker_ms": statistics.median(talker),
+        "predictor_ms": statistics.median(predictor),
+        "read_gb_s": reads,
+        "talker_vs_floor": statistics.median(
+            runs_against_floor(talker, reads, weights["talker_mb"])
+        ),
+        "predictor_vs_floor": statistics.median(
+            runs_against_floor(predictor, reads, weights["predictor_mb"])
+        ),
+    }
 
 
 def _whole_vs_apart(engine: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -18,6 +18,10 @@ T = TARGETS["engine"]  # this bench's targets (0.6B q8_0; see engine_targets)
 
 Rows = dict[str, dict[str, Any]]
 
+# The buffer of the read probes that set a frame's floor: larger than the last-level cache of
+# any box measured, so that it is read from memory as a frame's weights are.
+FLOOR_PROBE_MB = 256
+
 
 def engine_targets(size: str, talker_type: str) -> dict[str, float]:
     """The targets of a model: TARGETS["engine"] (0.6B q8_0) with those of other sizes and
@@ -82,6 +86,16 @@ def generator_gflop_per_frame(talker_gguf: Path, context: int) -> dict[str, floa
     return {"talker_gflop": talker / 1e9, "predictor_gflop": predictor / 1e9}
 
 
+def runs_against_floor(times_ms: list[float], reads_gb_s: list[float], mb: float) -> list[float]:
+    """Each run's time against the memory floor of its `mb` at the read bandwidth of its own
+    minutes: the mean of the probes just before and just after it (``reads_gb_s`` holds one more
+    probe than there are runs). A box's bandwidth moves with its other tenants, so a probe taken
+    minutes away can set a run against a rate it never had."""
+    if len(reads_gb_s) != len(times_ms) + 1:
+        raise ValueError("runs_against_floor: one more read probe than runs")
+    return [t * (reads_gb_s[i] + reads_gb_s[i + 1]) / 2 / mb for i, t in enumerate(times_ms)]
+
+
 def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
     """The memory floor of a frame: its weights at the read bandwidth measured now (the box's
     bandwidth moves with its other tenants). The code predictor reads the same weights in each of
@@ -91,7 +105,7 @@ def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
     from wyoming_kazeia import _native
 
     floor: dict[str, float] = weights_read_per_frame(model_dir / "talker.gguf")
-    floor["read_gb_s"] = _native.testing.read_bandwidth(256, bandwidth_threads)
+    floor["read_gb_s"] = _native.testing.read_bandwidth(FLOOR_PROBE_MB, bandwidth_threads)
     for part in ("talker", "predictor"):
         floor[f"{part}_floor_ms"] = floor[f"{part}_mb"] / floor["read_gb_s"]
     pass_mb = max(1, round(floor["predictor_pass_mb"]))

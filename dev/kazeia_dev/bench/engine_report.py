@@ -166,12 +166,14 @@ def _production_rate(row: dict[str, Any]) -> float:
 
 
 def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
-    """The generator alone against the memory floor of its weights (the subprocess row's)."""
+    """The generator alone against the memory floor of its weights (the subprocess row's):
+    each run against the read bandwidth measured around it, and the floor at the probes the
+    parent takes after every row."""
     floor = result.get("memory_floor")
     alone = (result["rows"].get("subprocess") or {}).get("generator_alone")
     if floor is None or alone is None:
         return []
-    return [
+    lines = [
         "",
         f"Memory floor per frame (the generator alone, in the subprocess-decoder row's "
         f"process after its runs): talker {alone['talker_ms']:.1f} ms/frame for "
@@ -183,6 +185,16 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
         f"cache), at the {floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
         f"({result['config']['bandwidth_threads']} threads)",
     ]
+    if "read_gb_s" in alone:
+        reads = alone["read_gb_s"]
+        lines.append(
+            f"Against the read bandwidth of their own minutes (each run against the mean of "
+            f"the probes just before and after it, {min(reads):.1f}-{max(reads):.1f} GB/s over "
+            f"{len(reads)} probes; medians over the runs): talker "
+            f"{alone['talker_vs_floor']:.2f}x its floor, code predictor "
+            f"{alone['predictor_vs_floor']:.2f}x (from memory)"
+        )
+    return lines
 
 
 def _decoder_compute_lines(result: dict[str, Any]) -> list[str]:
