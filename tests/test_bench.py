@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gguf
@@ -140,13 +141,19 @@ def test_the_floor_line_sets_the_code_predictor_against_both_read_rates(
     assert floor["predictor_cached_floor_ms"] == pytest.approx(
         floor["predictor_mb"] / floor["reread_gb_s"]
     )
-    alone = {"talker_ms": 1.0, "predictor_ms": 2.0}
+    alone = {
+        "talker_ms": 1.0,
+        "predictor_ms": 2.0,
+        "talker_runs_ms": [1.0],
+        "predictor_runs_ms": [2.0],
+        "probes_gb_s": [10.0, 10.0],
+    }
     result = {
         "memory_floor": floor,
         "rows": {"subprocess": {"generator_alone": alone}},
         "config": {"bandwidth_threads": 1},
     }
-    line = _memory_floor_lines(result)[-1]
+    line = _memory_floor_lines(result)[-2]
     assert (
         f"{floor['predictor_cached_floor_ms']:.1f} ms at the {floor['reread_gb_s']:.1f} GB/s"
         in line
@@ -154,29 +161,75 @@ def test_the_floor_line_sets_the_code_predictor_against_both_read_rates(
     assert f"(floor {floor['talker_floor_ms']:.1f} ms)" in line
 
 
-def test_each_run_is_set_against_the_read_bandwidth_measured_around_it() -> None:
+def test_each_run_is_set_against_the_read_bandwidth_probed_around_it() -> None:
     """A run's floor is its bytes at the mean of the probes just before and just after it, not
-    at one probe taken minutes away (the box's bandwidth moves with its other tenants)."""
+    at one probe taken apart from it (the box's bandwidth moves with its other tenants); the
+    report gives the median over the runs and their range."""
     # 300 MB: 10 ms at 40 GB/s (probes 30 and 50) is 1.33x its 7.5 ms floor; 20 ms at 30 GB/s
     # (50 and 10) 2.0x its 10 ms.
     assert runs_against_floor([10.0, 20.0], [30.0, 50.0, 10.0], 300.0) == pytest.approx(
         [4 / 3, 2.0]
     )
-    with pytest.raises(ValueError, match="one more read probe than runs"):
+    with pytest.raises(ValueError, match="2 runs need 3 read probes, got 2"):
         runs_against_floor([10.0, 20.0], [30.0, 50.0], 300.0)
+    alone = {
+        "talker_ms": 15.0,
+        "predictor_ms": 50.0,
+        "talker_runs_ms": [10.0, 20.0],
+        "predictor_runs_ms": [40.0, 60.0],  # 1200 MB: 1.33x and 1.5x
+        "probes_gb_s": [30.0, 50.0, 10.0],
+    }
+    floor = {
+        "talker_mb": 300.0,
+        "predictor_mb": 1200.0,
+        "predictor_pass_mb": 80.0,
+        "read_gb_s": 20.0,
+        "reread_gb_s": 40.0,
+        "talker_floor_ms": 15.0,
+        "predictor_floor_ms": 60.0,
+        "predictor_cached_floor_ms": 30.0,
+    }
+    result = {
+        "memory_floor": floor,
+        "rows": {"subprocess": {"generator_alone": alone}},
+        "config": {"bandwidth_threads": 2},
+    }
+    line = _memory_floor_lines(result)[-1]
+    assert "10.0-50.0 GB/s" in line
+    assert "talker 1.67x its floor (1.33-2.00x over 2 runs)" in line
+    assert "code predictor 1.42x its floor (1.33-1.50x over 2 runs)" in line
 
 
-def test_the_generator_alone_is_timed_between_read_probes(tiny_model: Path) -> None:
-    """The floor line's generator runs each lie between two read probes of the same process,
-    and the report sets them against those probes' rates."""
-    from kazeia_dev.bench.engine_child import _generator_alone
+def test_the_generator_alone_runs_each_lie_between_two_read_probes(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The floor line's generator runs alternate with the read probes of the same process: a
+    probe, a run, a probe, a run, a probe; the probes' rates and each run's times are kept."""
+    from kazeia_dev.bench import engine_child
 
     from wyoming_kazeia.engine import Engine
     from wyoming_kazeia.settings import EngineSettings
 
     engine = Engine(tiny_model, EngineSettings(max_frames=8, seed=3))
+    calls: list[str] = []
+    rates: list[float] = []
+
+    def probe(megabytes: int, threads: int) -> float:  # the real probe, recorded
+        calls.append("probe")
+        rates.append(_native.testing.read_bandwidth(megabytes, threads))
+        return rates[-1]
+
+    class RecordedGenerator:  # the real generator, its frames() calls recorded
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def frames(self, *args: Any, **kwargs: Any) -> Any:
+            calls.append("run")
+            return self.real.frames(*args, **kwargs)
+
+    monkeypatch.setattr(engine_child, "testing", SimpleNamespace(read_bandwidth=probe))
+    monkeypatch.setattr(engine, "generator", RecordedGenerator(engine.generator))
     args = argparse.Namespace(
-        model_dir=tiny_model,
         text="Hello there.",
         speaker="vivian",
         language="english",
@@ -185,27 +238,11 @@ def test_the_generator_alone_is_timed_between_read_probes(tiny_model: Path) -> N
         repeats=2,
         threads=2,
     )
-    alone = _generator_alone(engine, args)
-    assert len(alone["read_gb_s"]) == 3 and all(r > 0 for r in alone["read_gb_s"])
-    assert alone["talker_ms"] > 0 and alone["talker_vs_floor"] > 0
-    floor = {
-        "talker_mb": 1.0,
-        "predictor_mb": 15.0,
-        "predictor_pass_mb": 1.0,
-        "read_gb_s": 10.0,
-        "reread_gb_s": 20.0,
-        "talker_floor_ms": 0.1,
-        "predictor_floor_ms": 1.5,
-        "predictor_cached_floor_ms": 0.75,
-    }
-    result = {
-        "memory_floor": floor,
-        "rows": {"subprocess": {"generator_alone": alone}},
-        "config": {"bandwidth_threads": 2},
-    }
-    line = _memory_floor_lines(result)[-1]
-    assert f"talker {alone['talker_vs_floor']:.2f}x its floor" in line
-    assert "over 3 probes" in line
+    alone = engine_child._generator_alone(engine, args)
+    assert calls == ["probe", "run", "probe", "run", "probe"]
+    assert alone["probes_gb_s"] == rates
+    assert len(alone["talker_runs_ms"]) == len(alone["predictor_runs_ms"]) == 2
+    assert all(ms > 0 for ms in alone["talker_runs_ms"] + alone["predictor_runs_ms"])
 
 
 def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:

@@ -125,6 +125,17 @@ def warn_if_busy(machine: dict[str, Any]) -> None:
 FMA_PEAK_SCALING_MIN = 0.6
 
 
+# The buffer of the read probes the benches set beside the weights a frame or a push reads:
+# larger than the last-level cache of any box measured, so that it comes from memory as they do.
+READ_PROBE_MB = 256
+
+
+def read_probe_threads(threads: int) -> int:
+    """The threads of a read probe beside a stage of `threads` threads: one per usable CPU at
+    most (a thread per core reads fastest)."""
+    return min(threads, usable_cpus())
+
+
 def physical_cores() -> int:
     """The physical cores among the CPUs this process may run on (SMT siblings share one core's
     FMA pipes, which one thread of the probe already fills)."""

@@ -19,6 +19,7 @@ from ..reference.official_decoder import status_mb  # the one /proc reader (stdl
 from .common import (
     CHILD_BOOT,
     OFFICIAL_SCRIPT,
+    READ_PROBE_MB,
     WARMUP_FRAMES,
     BenchError,
     add_official_args,
@@ -270,7 +271,7 @@ def bench_decoder(args: argparse.Namespace) -> int:
 
     # Measured now, beside the rows: the box's bandwidth moves with its other tenants.
     total_mb, low_mb = streamed_weight_mb(gguf)
-    bandwidth = _native.testing.read_bandwidth(256, args.threads)
+    bandwidth = _native.testing.read_bandwidth(READ_PROBE_MB, args.threads)
     peak, one_thread = fma_peak(args.threads)
     machine["loadavg_at_end"] = loadavg()
     full_s = rows["full"]["median_s"]

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from wyoming_kazeia.settings import PARTS, QUANT_TYPES, EngineSettings, usable_cpus
+from wyoming_kazeia.settings import PARTS, QUANT_TYPES, EngineSettings
 
 from .common import (
     GEN_SENTENCE,
@@ -26,6 +26,7 @@ from .common import (
     machine_info,
     parse_chunks,
     print_result,
+    read_probe_threads,
     warn_if_busy,
 )
 from .competing_load import LOAD_PROGRAMS
@@ -256,7 +257,7 @@ def bench_engine(args: argparse.Namespace) -> int:
         ideal = run_ideal_row(args) if args.load else None
         compare_audio(rows, loaded, audio)
     machine["loadavg_at_end"] = loadavg()
-    bandwidth_threads = min(args.threads, usable_cpus())  # a thread per core reads fastest
+    bandwidth_threads = read_probe_threads(args.threads)
     floor = memory_floor(model_dir, bandwidth_threads)
     compute = decoder_compute(model_dir, rows, args.decoder_threads, args.decoder_precision)
 

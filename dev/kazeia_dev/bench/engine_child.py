@@ -20,11 +20,10 @@ import numpy as np
 
 from wyoming_kazeia._native import testing
 from wyoming_kazeia.native import Generator
-from wyoming_kazeia.settings import EngineSettings, usable_cpus
+from wyoming_kazeia.settings import EngineSettings
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
-from .common import logger
-from .engine_figures import FLOOR_PROBE_MB, runs_against_floor, weights_read_per_frame
+from .common import READ_PROBE_MB, logger, read_probe_threads
 from .player import Chunk, learn, player_figures, warm_rates
 
 # The cloned-voice rows' reference recording's transcript.
@@ -259,15 +258,14 @@ def _run_figures(
 
 
 def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Talker and code-predictor ms per frame of the row's text with no decoder running,
-    medians over the row's repeats, and each against its memory floor at the read bandwidth
-    measured around that run (the probes' GB/s in ``read_gb_s``: one before each run and one
-    after the last; ``*_vs_floor``: the median over the runs)."""
-    weights = weights_read_per_frame(Path(args.model_dir) / "talker.gguf")
-    bandwidth_threads = min(args.threads, usable_cpus())  # as the floor line's other probes
+    """Talker and code-predictor ms per frame of the row's text with no decoder running:
+    medians over the row's repeats, each run's (``*_runs_ms``), and the read bandwidth probed
+    just before each run and after the last (``probes_gb_s``, GB/s), which the report sets
+    each run against."""
+    threads = read_probe_threads(args.threads)
     ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
     talker, predictor = [], []
-    reads = [testing.read_bandwidth(FLOOR_PROBE_MB, bandwidth_threads)]
+    probes = [testing.read_bandwidth(READ_PROBE_MB, threads)]
     for _ in range(args.repeats):
         it = engine.generator.frames(
             ids, args.speaker, args.language, seed=args.seed, max_frames=args.frames
@@ -277,17 +275,13 @@ def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
         it.close()
         talker.append(stats["talker_ms"] / max(frames, 1))
         predictor.append(stats["predictor_ms"] / max(frames, 1))
-        reads.append(testing.read_bandwidth(FLOOR_PROBE_MB, bandwidth_threads))
+        probes.append(testing.read_bandwidth(READ_PROBE_MB, threads))
     return {
         "talker_ms": statistics.median(talker),
         "predictor_ms": statistics.median(predictor),
-        "read_gb_s": reads,
-        "talker_vs_floor": statistics.median(
-            runs_against_floor(talker, reads, weights["talker_mb"])
-        ),
-        "predictor_vs_floor": statistics.median(
-            runs_against_floor(predictor, reads, weights["predictor_mb"])
-        ),
+        "talker_runs_ms": talker,
+        "predictor_runs_ms": predictor,
+        "probes_gb_s": probes,
     }
 
 
@@ -296,15 +290,13 @@ def _whole_vs_apart(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     computations per frame after the first (the prefill's), each frame computed whole in one
     graph, and apart (the talker's step and code 0, then the code predictor's frame graph),
     medians over the row's repeats, alternating; and whether both drew the same codes."""
-    from wyoming_kazeia import _native
-
     ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
     frames = min(args.frames, WHOLE_FRAMES_COMPARED + 1)
     per_frame: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     codes: dict[bool, np.ndarray] = {}
     for _ in range(args.repeats):
         for whole in (True, False):
-            it = _native.testing.frames(
+            it = testing.frames(
                 engine.generator,
                 ids,
                 args.speaker,

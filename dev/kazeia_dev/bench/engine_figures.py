@@ -9,6 +9,7 @@ from typing import Any
 
 from wyoming_kazeia._native import testing
 
+from .common import READ_PROBE_MB
 from .targets import ENGINE_TARGETS_BY_MODEL, TARGETS
 
 # What a loaded row keeps of the runs alone around it, and of their mean.
@@ -17,10 +18,6 @@ ALONE_KEYS = ("total_s", "ttfa_s", "cpu_s", "wall_s")
 T = TARGETS["engine"]  # this bench's targets (0.6B q8_0; see engine_targets)
 
 Rows = dict[str, dict[str, Any]]
-
-# The buffer of the read probes that set a frame's floor: larger than the last-level cache of
-# any box measured, so that it is read from memory as a frame's weights are.
-FLOOR_PROBE_MB = 256
 
 
 def engine_targets(size: str, talker_type: str) -> dict[str, float]:
@@ -86,14 +83,17 @@ def generator_gflop_per_frame(talker_gguf: Path, context: int) -> dict[str, floa
     return {"talker_gflop": talker / 1e9, "predictor_gflop": predictor / 1e9}
 
 
-def runs_against_floor(times_ms: list[float], reads_gb_s: list[float], mb: float) -> list[float]:
-    """Each run's time against the memory floor of its `mb` at the read bandwidth of its own
-    minutes: the mean of the probes just before and just after it (``reads_gb_s`` holds one more
-    probe than there are runs). A box's bandwidth moves with its other tenants, so a probe taken
-    minutes away can set a run against a rate it never had."""
-    if len(reads_gb_s) != len(times_ms) + 1:
-        raise ValueError("runs_against_floor: one more read probe than runs")
-    return [t * (reads_gb_s[i] + reads_gb_s[i + 1]) / 2 / mb for i, t in enumerate(times_ms)]
+def runs_against_floor(times_ms: list[float], probes_gb_s: list[float], mb: float) -> list[float]:
+    """Each run's time against the memory floor of its `mb` at the read bandwidth measured
+    around it: the mean of the probes just before and just after it (one more probe than runs).
+    A box's bandwidth moves with its other tenants from one second to the next, so a probe
+    taken apart from a run can set it against a rate it never had."""
+    if len(probes_gb_s) != len(times_ms) + 1:
+        raise ValueError(
+            f"runs_against_floor: {len(times_ms)} runs need {len(times_ms) + 1} read probes, "
+            f"got {len(probes_gb_s)}"
+        )
+    return [t * (probes_gb_s[i] + probes_gb_s[i + 1]) / 2 / mb for i, t in enumerate(times_ms)]
 
 
 def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
@@ -105,7 +105,7 @@ def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
     from wyoming_kazeia import _native
 
     floor: dict[str, float] = weights_read_per_frame(model_dir / "talker.gguf")
-    floor["read_gb_s"] = _native.testing.read_bandwidth(FLOOR_PROBE_MB, bandwidth_threads)
+    floor["read_gb_s"] = _native.testing.read_bandwidth(READ_PROBE_MB, bandwidth_threads)
     for part in ("talker", "predictor"):
         floor[f"{part}_floor_ms"] = floor[f"{part}_mb"] / floor["read_gb_s"]
     pass_mb = max(1, round(floor["predictor_pass_mb"]))

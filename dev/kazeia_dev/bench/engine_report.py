@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from .common import bf16_peak_note, fmt, machine_line, ok, performed_note
-from .engine_figures import T
+from .engine_figures import T, runs_against_floor
 from .engine_runs import PLACED, PLACED_KEYS, VOICE_CHUNK, row_label
 from .peers import peer_lines
 
@@ -167,13 +168,22 @@ def _production_rate(row: dict[str, Any]) -> float:
 
 def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
     """The generator alone against the memory floor of its weights (the subprocess row's):
-    each run against the read bandwidth measured around it, and the floor at the probes the
-    parent takes after every row."""
+    at the probes the parent takes after every row, and each run at the read bandwidth
+    probed around it in the row's process."""
     floor = result.get("memory_floor")
     alone = (result["rows"].get("subprocess") or {}).get("generator_alone")
     if floor is None or alone is None:
         return []
-    lines = [
+    probes = alone["probes_gb_s"]
+
+    def around(part: str) -> str:
+        ratios = runs_against_floor(alone[f"{part}_runs_ms"], probes, floor[f"{part}_mb"])
+        return (
+            f"{statistics.median(ratios):.2f}x its floor ({min(ratios):.2f}-{max(ratios):.2f}x "
+            f"over {len(ratios)} runs)"
+        )
+
+    return [
         "",
         f"Memory floor per frame (the generator alone, in the subprocess-decoder row's "
         f"process after its runs): talker {alone['talker_ms']:.1f} ms/frame for "
@@ -184,17 +194,11 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
         f"of re-reading one pass's {floor['predictor_pass_mb']:.0f} MB, partly from the "
         f"cache), at the {floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
         f"({result['config']['bandwidth_threads']} threads)",
+        f"Each run at the read bandwidth probed around it (the mean of the probes just before "
+        f"and after it in that process, {min(probes):.1f}-{max(probes):.1f} GB/s, same "
+        f"threads; medians): talker {around('talker')}, code predictor {around('predictor')} "
+        f"(from memory)",
     ]
-    if "read_gb_s" in alone:
-        reads = alone["read_gb_s"]
-        lines.append(
-            f"Against the read bandwidth of their own minutes (each run against the mean of "
-            f"the probes just before and after it, {min(reads):.1f}-{max(reads):.1f} GB/s over "
-            f"{len(reads)} probes; medians over the runs): talker "
-            f"{alone['talker_vs_floor']:.2f}x its floor, code predictor "
-            f"{alone['predictor_vs_floor']:.2f}x (from memory)"
-        )
-    return lines
 
 
 def _decoder_compute_lines(result: dict[str, Any]) -> list[str]:
