@@ -9,7 +9,7 @@ from typing import Any
 
 from wyoming_kazeia._native import testing
 
-from .common import READ_PROBE_MB
+from .common import READ_PROBE_MB, fma_peak
 from .targets import ENGINE_TARGETS_BY_MODEL, TARGETS
 
 # What a loaded row keeps of the runs alone around it, and of their mean.
@@ -102,14 +102,12 @@ def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
     its passes, so where the CPU's last-level cache holds a good part of them it comes under
     that floor: its floor from the cache is its bytes at the rate of reading a buffer of one
     pass's size again and again."""
-    from wyoming_kazeia import _native
-
     floor: dict[str, float] = weights_read_per_frame(model_dir / "talker.gguf")
-    floor["read_gb_s"] = _native.testing.read_bandwidth(READ_PROBE_MB, bandwidth_threads)
+    floor["read_gb_s"] = testing.read_bandwidth(READ_PROBE_MB, bandwidth_threads)
     for part in ("talker", "predictor"):
         floor[f"{part}_floor_ms"] = floor[f"{part}_mb"] / floor["read_gb_s"]
     pass_mb = max(1, round(floor["predictor_pass_mb"]))
-    floor["reread_gb_s"] = _native.testing.read_bandwidth(pass_mb, bandwidth_threads)
+    floor["reread_gb_s"] = testing.read_bandwidth(pass_mb, bandwidth_threads)
     floor["predictor_cached_floor_ms"] = floor["predictor_mb"] / floor["reread_gb_s"]
     return floor
 
@@ -120,9 +118,6 @@ def decoder_compute(
     """The decoder's FLOP per second in each row (its GFLOP per frame over its seconds per
     frame) against the FP32 multiply-add peak of its threads, measured now, and the GFLOP per
     frame its kernels perform (fewer in f32: the residual convs in Winograd's form)."""
-    from wyoming_kazeia import _native
-
-    from .common import fma_peak
     from .decoder import decoder_gflop_per_frame
 
     gflop = decoder_gflop_per_frame(model_dir / "decoder.gguf")
@@ -138,7 +133,7 @@ def decoder_compute(
         "performed_gflop_per_frame": performed,
         "peak_gflop_s": peak,
         "one_thread_gflop_s": one_thread,
-        "peak_isa": _native.testing.FMA_PEAK_ISA,
+        "peak_isa": testing.FMA_PEAK_ISA,
         "threads": decoder_threads,
         "row_gflop_s": rates,
     }

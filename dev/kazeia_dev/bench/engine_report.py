@@ -180,7 +180,7 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
         ratios = runs_against_floor(alone[f"{part}_runs_ms"], probes, floor[f"{part}_mb"])
         return (
             f"{statistics.median(ratios):.2f}x its floor ({min(ratios):.2f}-{max(ratios):.2f}x "
-            f"over {len(ratios)} runs)"
+            f"over {len(ratios)} run{'s' if len(ratios) > 1 else ''})"
         )
 
     return [
