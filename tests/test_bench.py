@@ -147,6 +147,7 @@ def test_the_floor_line_sets_the_code_predictor_against_both_read_rates(
         "talker_runs_ms": [1.0],
         "predictor_runs_ms": [2.0],
         "probes_gb_s": [10.0, 10.0],
+        "probes_median_gb_s": [8.0, 8.0],
     }
     result = {
         "memory_floor": floor,
@@ -159,6 +160,11 @@ def test_the_floor_line_sets_the_code_predictor_against_both_read_rates(
         in line
     )
     assert f"(floor {floor['talker_floor_ms']:.1f} ms)" in line
+    assert 0 < floor["read_median_gb_s"] <= floor["read_gb_s"]
+    assert (
+        f"at the {floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows (1 thread; "
+        f"the probe's best pass, its median pass {floor['read_median_gb_s']:.1f} GB/s)" in line
+    )
 
 
 def test_each_run_is_set_against_the_read_bandwidth_probed_around_it() -> None:
@@ -178,12 +184,16 @@ def test_each_run_is_set_against_the_read_bandwidth_probed_around_it() -> None:
         "talker_runs_ms": [10.0, 20.0],
         "predictor_runs_ms": [40.0, 60.0],  # 1200 MB: 1.33x and 1.5x
         "probes_gb_s": [30.0, 50.0, 10.0],
+        # The median passes: 10 ms at 30 GB/s (20, 40) 1.0x, 20 ms at 22.5 (40, 5) 1.5x; 40 ms
+        # at 30 GB/s 1.0x, 60 ms at 22.5 1.125x.
+        "probes_median_gb_s": [20.0, 40.0, 5.0],
     }
     floor = {
         "talker_mb": 300.0,
         "predictor_mb": 1200.0,
         "predictor_pass_mb": 80.0,
         "read_gb_s": 20.0,
+        "read_median_gb_s": 18.0,
         "reread_gb_s": 40.0,
         "talker_floor_ms": 15.0,
         "predictor_floor_ms": 60.0,
@@ -195,9 +205,15 @@ def test_each_run_is_set_against_the_read_bandwidth_probed_around_it() -> None:
         "config": {"bandwidth_threads": 2},
     }
     line = _memory_floor_lines(result)[-1]
-    assert "10.0-50.0 GB/s" in line
-    assert "talker 1.67x its floor (1.33-2.00x over 2 runs)" in line
-    assert "code predictor 1.42x its floor (1.33-1.50x over 2 runs)" in line
+    assert "their best passes 10.0-50.0 GB/s, median passes 5.0-40.0" in line
+    assert (
+        "talker 1.67x its floor (1.33-2.00x over 2 runs; 1.25x at the probes' median passes)"
+        in line
+    )
+    assert (
+        "code predictor 1.42x its floor (1.33-1.50x over 2 runs; 1.06x at the probes' median "
+        "passes)" in line
+    )
 
 
 def test_the_generator_alone_runs_each_lie_between_two_read_probes(
@@ -212,11 +228,11 @@ def test_the_generator_alone_runs_each_lie_between_two_read_probes(
 
     engine = Engine(tiny_model, EngineSettings(max_frames=8, seed=3))
     calls: list[str] = []
-    rates: list[float] = []
+    rates: list[dict[str, float]] = []
 
-    def probe(megabytes: int, threads: int) -> float:  # the real probe, recorded
+    def probe(megabytes: int, threads: int) -> dict[str, float]:  # the real probe, recorded
         calls.append("probe")
-        rates.append(_native.testing.read_bandwidth(megabytes, threads))
+        rates.append(_native.testing.read_bandwidth_rates(megabytes, threads))
         return rates[-1]
 
     class RecordedGenerator:  # the real generator, its frames() calls recorded
@@ -227,7 +243,7 @@ def test_the_generator_alone_runs_each_lie_between_two_read_probes(
             calls.append("run")
             return self.real.frames(*args, **kwargs)
 
-    monkeypatch.setattr(engine_child, "testing", SimpleNamespace(read_bandwidth=probe))
+    monkeypatch.setattr(engine_child, "testing", SimpleNamespace(read_bandwidth_rates=probe))
     monkeypatch.setattr(engine, "generator", RecordedGenerator(engine.generator))
     args = argparse.Namespace(
         text="Hello there.",
@@ -240,15 +256,19 @@ def test_the_generator_alone_runs_each_lie_between_two_read_probes(
     )
     alone = engine_child._generator_alone(engine, args)
     assert calls == ["probe", "run", "probe", "run", "probe"]
-    assert alone["probes_gb_s"] == rates
+    assert alone["probes_gb_s"] == [r["best"] for r in rates]
+    assert alone["probes_median_gb_s"] == [r["median"] for r in rates]
     assert len(alone["talker_runs_ms"]) == len(alone["predictor_runs_ms"]) == 2
     assert all(ms > 0 for ms in alone["talker_runs_ms"] + alone["predictor_runs_ms"])
 
 
 def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:
     assert 0.1 < _native.testing.read_bandwidth(16, 2) < 10_000  # GB/s
-    with pytest.raises(ValueError, match="read_bandwidth"):
-        _native.testing.read_bandwidth(0, 2)
+    rates = _native.testing.read_bandwidth_rates(16, 2)
+    assert 0.1 < rates["median"] <= rates["best"] < 10_000
+    for probe in (_native.testing.read_bandwidth, _native.testing.read_bandwidth_rates):
+        with pytest.raises(ValueError, match="read_bandwidth"):
+            probe(0, 2)
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 kernel paths")

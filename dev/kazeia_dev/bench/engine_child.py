@@ -260,12 +260,12 @@ def _run_figures(
 def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Talker and code-predictor ms per frame of the row's text with no decoder running:
     medians over the row's repeats, each run's (``*_runs_ms``), and the read bandwidth probed
-    just before each run and after the last (``probes_gb_s``, GB/s), which the report sets
-    each run against."""
+    just before each run and after the last, which the report sets each run against: each
+    probe's best pass (``probes_gb_s``, GB/s) and its median pass (``probes_median_gb_s``)."""
     threads = read_probe_threads(args.threads)
     ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
     talker, predictor = [], []
-    probes = [testing.read_bandwidth(READ_PROBE_MB, threads)]
+    probes = [testing.read_bandwidth_rates(READ_PROBE_MB, threads)]
     for _ in range(args.repeats):
         it = engine.generator.frames(
             ids, args.speaker, args.language, seed=args.seed, max_frames=args.frames
@@ -275,13 +275,14 @@ def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
         it.close()
         talker.append(stats["talker_ms"] / max(frames, 1))
         predictor.append(stats["predictor_ms"] / max(frames, 1))
-        probes.append(testing.read_bandwidth(READ_PROBE_MB, threads))
+        probes.append(testing.read_bandwidth_rates(READ_PROBE_MB, threads))
     return {
         "talker_ms": statistics.median(talker),
         "predictor_ms": statistics.median(predictor),
         "talker_runs_ms": talker,
         "predictor_runs_ms": predictor,
-        "probes_gb_s": probes,
+        "probes_gb_s": [p["best"] for p in probes],
+        "probes_median_gb_s": [p["median"] for p in probes],
     }
 
 

@@ -103,7 +103,8 @@ def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
     that floor: its floor from the cache is its bytes at the rate of reading a buffer of one
     pass's size again and again."""
     floor: dict[str, float] = weights_read_per_frame(model_dir / "talker.gguf")
-    floor["read_gb_s"] = testing.read_bandwidth(READ_PROBE_MB, bandwidth_threads)
+    rates = testing.read_bandwidth_rates(READ_PROBE_MB, bandwidth_threads)
+    floor["read_gb_s"], floor["read_median_gb_s"] = rates["best"], rates["median"]
     for part in ("talker", "predictor"):
         floor[f"{part}_floor_ms"] = floor[f"{part}_mb"] / floor["read_gb_s"]
     pass_mb = max(1, round(floor["predictor_pass_mb"]))

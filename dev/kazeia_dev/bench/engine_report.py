@@ -175,12 +175,15 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
     if floor is None or alone is None:
         return []
     probes = alone["probes_gb_s"]
+    medians = alone["probes_median_gb_s"]
 
     def around(part: str) -> str:
         ratios = runs_against_floor(alone[f"{part}_runs_ms"], probes, floor[f"{part}_mb"])
+        typical = runs_against_floor(alone[f"{part}_runs_ms"], medians, floor[f"{part}_mb"])
         return (
             f"{statistics.median(ratios):.2f}x its floor ({min(ratios):.2f}-{max(ratios):.2f}x "
-            f"over {len(ratios)} run{'s' if len(ratios) > 1 else ''})"
+            f"over {_count(len(ratios), 'run')}; {statistics.median(typical):.2f}x at the "
+            f"probes' median passes)"
         )
 
     return [
@@ -193,12 +196,18 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
         f"{floor['predictor_cached_floor_ms']:.1f} ms at the {floor['reread_gb_s']:.1f} GB/s "
         f"of re-reading one pass's {floor['predictor_pass_mb']:.0f} MB, partly from the "
         f"cache), at the {floor['read_gb_s']:.1f} GB/s read bandwidth measured after the rows "
-        f"({result['config']['bandwidth_threads']} threads)",
+        f"({_count(result['config']['bandwidth_threads'], 'thread')}; the probe's best pass, "
+        f"its median pass {floor['read_median_gb_s']:.1f} GB/s)",
         f"Each run at the read bandwidth probed around it (the mean of the probes just before "
-        f"and after it in that process, {min(probes):.1f}-{max(probes):.1f} GB/s, same "
-        f"threads; medians): talker {around('talker')}, code predictor {around('predictor')} "
-        f"(from memory)",
+        f"and after it in that process, their best passes {min(probes):.1f}-{max(probes):.1f} "
+        f"GB/s, median passes {min(medians):.1f}-{max(medians):.1f}, same threads; medians): "
+        f"talker {around('talker')}, code predictor {around('predictor')} (from memory)",
     ]
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 run', '3 runs'."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def _decoder_compute_lines(result: dict[str, Any]) -> list[str]:
