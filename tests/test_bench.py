@@ -19,7 +19,7 @@ from typing import Any
 
 import gguf
 import pytest
-from kazeia_dev.bench.common import BenchTimeout, dev_child_env
+from kazeia_dev.bench.common import BenchTimeout, dev_child_env, read_rates
 from kazeia_dev.bench.decoder import (
     decoder_columns_per_frame,
     decoder_gflop_per_frame,
@@ -184,9 +184,9 @@ def test_each_run_is_set_against_the_read_bandwidth_probed_around_it() -> None:
         "talker_runs_ms": [10.0, 20.0],
         "predictor_runs_ms": [40.0, 60.0],  # 1200 MB: 1.33x and 1.5x
         "probes_gb_s": [30.0, 50.0, 10.0],
-        # The median passes: 10 ms at 30 GB/s (20, 40) 1.0x, 20 ms at 22.5 (40, 5) 1.5x; 40 ms
-        # at 30 GB/s 1.0x, 60 ms at 22.5 1.125x.
-        "probes_median_gb_s": [20.0, 40.0, 5.0],
+        # The median passes: 10 ms at 30 GB/s (20, 40) 1.0x, 20 ms at 24 (40, 8) 1.6x; 40 ms
+        # at 30 GB/s 1.0x, 60 ms at 24 1.2x.
+        "probes_median_gb_s": [20.0, 40.0, 8.0],
     }
     floor = {
         "talker_mb": 300.0,
@@ -205,13 +205,13 @@ def test_each_run_is_set_against_the_read_bandwidth_probed_around_it() -> None:
         "config": {"bandwidth_threads": 2},
     }
     line = _memory_floor_lines(result)[-1]
-    assert "their best passes 10.0-50.0 GB/s, median passes 5.0-40.0" in line
+    assert "their best passes 10.0-50.0 GB/s, median passes 8.0-40.0" in line
     assert (
-        "talker 1.67x its floor (1.33-2.00x over 2 runs; 1.25x at the probes' median passes)"
+        "talker 1.67x its floor (1.33-2.00x over 2 runs; 1.30x at the probes' median passes)"
         in line
     )
     assert (
-        "code predictor 1.42x its floor (1.33-1.50x over 2 runs; 1.06x at the probes' median "
+        "code predictor 1.42x its floor (1.33-1.50x over 2 runs; 1.10x at the probes' median "
         "passes)" in line
     )
 
@@ -228,12 +228,12 @@ def test_the_generator_alone_runs_each_lie_between_two_read_probes(
 
     engine = Engine(tiny_model, EngineSettings(max_frames=8, seed=3))
     calls: list[str] = []
-    rates: list[dict[str, float]] = []
+    passes: list[list[list[float]]] = []
 
-    def probe(megabytes: int, threads: int) -> dict[str, float]:  # the real probe, recorded
+    def probe(megabytes: int, threads: int) -> list[list[float]]:  # the real probe, recorded
         calls.append("probe")
-        rates.append(_native.testing.read_bandwidth_rates(megabytes, threads))
-        return rates[-1]
+        passes.append(_native.testing.read_bandwidth_passes(megabytes, threads))
+        return passes[-1]
 
     class RecordedGenerator:  # the real generator, its frames() calls recorded
         def __init__(self, real: Any) -> None:
@@ -243,7 +243,7 @@ def test_the_generator_alone_runs_each_lie_between_two_read_probes(
             calls.append("run")
             return self.real.frames(*args, **kwargs)
 
-    monkeypatch.setattr(engine_child, "testing", SimpleNamespace(read_bandwidth_rates=probe))
+    monkeypatch.setattr(engine_child, "testing", SimpleNamespace(read_bandwidth_passes=probe))
     monkeypatch.setattr(engine, "generator", RecordedGenerator(engine.generator))
     args = argparse.Namespace(
         text="Hello there.",
@@ -256,19 +256,30 @@ def test_the_generator_alone_runs_each_lie_between_two_read_probes(
     )
     alone = engine_child._generator_alone(engine, args)
     assert calls == ["probe", "run", "probe", "run", "probe"]
-    assert alone["probes_gb_s"] == [r["best"] for r in rates]
-    assert alone["probes_median_gb_s"] == [r["median"] for r in rates]
+    assert alone["probes_gb_s"] == [read_rates(p)["best"] for p in passes]
+    assert alone["probes_median_gb_s"] == [read_rates(p)["median"] for p in passes]
     assert len(alone["talker_runs_ms"]) == len(alone["predictor_runs_ms"]) == 2
     assert all(ms > 0 for ms in alone["talker_runs_ms"] + alone["predictor_runs_ms"])
 
 
 def test_read_bandwidth_measures_and_rejects_bad_arguments() -> None:
     assert 0.1 < _native.testing.read_bandwidth(16, 2) < 10_000  # GB/s
-    rates = _native.testing.read_bandwidth_rates(16, 2)
-    assert 0.1 < rates["median"] <= rates["best"] < 10_000
-    for probe in (_native.testing.read_bandwidth, _native.testing.read_bandwidth_rates):
+    passes = _native.testing.read_bandwidth_passes(16, 2)
+    assert len(passes) == 2 and len(passes[0]) == len(passes[1]) > 1  # one stream, 4 streams
+    assert all(0.1 < gb_s < 10_000 for way in passes for gb_s in way)
+    for probe in (_native.testing.read_bandwidth, _native.testing.read_bandwidth_passes):
         with pytest.raises(ValueError, match="read_bandwidth"):
             probe(0, 2)
+
+
+def test_a_read_probe_gives_its_best_pass_and_the_median_of_that_way() -> None:
+    """The median pass comes from the way of reading that gave the best pass, not the better of
+    the two ways' medians (the ways ran at different moments)."""
+    one_stream = [30.0, 10.0, 12.0, 11.0]  # the best pass, and a median of 11.5
+    four_streams = [20.0, 21.0, 22.0, 25.0]  # the better median (21.5)
+    assert read_rates([one_stream, four_streams]) == {"best": 30.0, "median": 11.5}
+    assert read_rates([four_streams, one_stream]) == {"best": 30.0, "median": 11.5}
+    assert read_rates([[9.0, 7.0, 8.0], [1.0, 2.0, 3.0]]) == {"best": 9.0, "median": 8.0}
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 kernel paths")

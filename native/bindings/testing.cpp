@@ -143,7 +143,8 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
 // (a neighbour, a vCPU the host gives to another guest meanwhile) can only slow a pass down: a
 // median of a few short passes reports half the peak of 2 threads if one vCPU is away for most.
 // Work that holds a core through every pass still lowers the best: the benches check the FMA
-// peak against one thread's.
+// peak against one thread's. The read probe also hands its passes out (read_bandwidth_passes),
+// for benches that set them beside runs of seconds on a box whose bandwidth moves.
 constexpr int PROBE_PASSES = 9;
 
 // Memory read bandwidth in GB/s of each of PROBE_PASSES passes: `threads` threads sum a
@@ -180,37 +181,25 @@ std::vector<double> read_passes(const std::vector<uint64_t> &data, WorkerPool &p
     return gbs;
 }
 
-double median_of(std::vector<double> v) {  // of at least one value
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// The memory read bandwidth the benches set beside the weight bytes a frame must read, in two
-// ways, each the better of the two ways the weight products read their rows (one stream, or 4
-// streams a task: one stream is bound by the misses a core keeps in flight on some CPUs),
-// whichever way this CPU's products take: the best pass, and the median pass. Plain loads, no
-// prefetch hints: a floor the products approach, which the hinted streams have come a few
-// percent under. On a box whose bandwidth moves with its other tenants from one moment to the
-// next, the best pass can catch a moment a run of seconds does not get on average; the median
-// pass is nearer what such a run gets, and is lowered by a thread the host gives away for part
-// of the probe.
-struct ReadRates {
-    double best, median;
-};
-
-ReadRates read_rates(int64_t megabytes, int threads) {
+// The memory read bandwidth the benches set beside the weight bytes a frame must read: the
+// passes of the two ways the weight products read their rows (one stream, then 4 streams a task:
+// one stream is bound by the misses a core keeps in flight on some CPUs), whichever way this
+// CPU's products take. Plain loads, no prefetch hints: a floor the products approach, which the
+// hinted streams have come a few percent under.
+std::vector<std::vector<double>> read_bandwidth_passes(int64_t megabytes, int threads) {
     if (megabytes < 1 || threads < 1 || threads > 512)
         throw InputError("read_bandwidth: megabytes >= 1 and threads in 1..512");
     const std::vector<uint64_t> data(megabytes * (1 << 20) / 8, 1);
     WorkerPool pool(threads);
-    ReadRates rates{0.0, 0.0};
-    for (const int64_t streams : {1, 4}) {
-        const std::vector<double> passes = read_passes(data, pool, streams);
-        rates.best = std::max(rates.best, *std::max_element(passes.begin(), passes.end()));
-        rates.median = std::max(rates.median, median_of(passes));
-    }
-    return rates;
+    return {read_passes(data, pool, 1), read_passes(data, pool, 4)};
+}
+
+// Its best pass.
+double read_bandwidth(int64_t megabytes, int threads) {
+    double best = 0.0;
+    for (const std::vector<double> &passes : read_bandwidth_passes(megabytes, threads))
+        best = std::max(best, *std::max_element(passes.begin(), passes.end()));
+    return best;
 }
 
 // The FP32 multiply-add peak of the vector unit the decoder's GEMM runs on here: independent
@@ -607,11 +596,12 @@ py::dict run_q8_matmul(const FloatArray &w, const FloatArray &x, bool gemm, int 
                               &pool, gemm);
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+    std::sort(seconds.begin(), seconds.end());
     py::dict out;
     out["y"] = y;
     out["w"] = w_deq;
     out["x"] = x_deq;
-    out["seconds"] = median_of(seconds);
+    out["seconds"] = seconds[seconds.size() / 2];
     return out;
 }
 
@@ -626,24 +616,13 @@ void def_testing(py::module_ &m) {
             return y;
         },
         py::arg("x"), "sin(x)^2 as the SnakeBeta kernel computes it (1-D float32 array).");
-    m.def(
-        "read_bandwidth",
-        [](int64_t megabytes, int threads) { return read_rates(megabytes, threads).best; },
-        py::arg("megabytes") = 256, py::arg("threads") = 2,
-        "Memory read bandwidth in GB/s: the best of one and 4 streams a task (the best of "
-        "several passes over a buffer of that size each).");
-    m.def(
-        "read_bandwidth_rates",
-        [](int64_t megabytes, int threads) {
-            const ReadRates r = read_rates(megabytes, threads);
-            py::dict d;
-            d["best"] = r.best;
-            d["median"] = r.median;
-            return d;
-        },
-        py::arg("megabytes") = 256, py::arg("threads") = 2,
-        "read_bandwidth's probe, its best pass and its median pass (each the better of one and "
-        "4 streams a task): {'best': GB/s, 'median': GB/s}.");
+    m.def("read_bandwidth", &read_bandwidth, py::arg("megabytes") = 256, py::arg("threads") = 2,
+          "Memory read bandwidth in GB/s: the best of one and 4 streams a task (the best of "
+          "several passes over a buffer of that size each).");
+    m.def("read_bandwidth_passes", &read_bandwidth_passes, py::arg("megabytes") = 256,
+          py::arg("threads") = 2,
+          "read_bandwidth's passes in GB/s: [one stream a task, 4 streams a task], several "
+          "passes each.");
     m.def("fma_peak", &fma_peak, py::arg("threads") = 2,
           "FP32 multiply-add peak in GFLOP/s of that many threads on the widest vector path "
           "the decoder's GEMM uses here (the best of several passes).");

@@ -9,6 +9,7 @@ import logging
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -128,6 +129,17 @@ FMA_PEAK_SCALING_MIN = 0.6
 # The buffer of the read probes the benches set beside the weights a frame or a push reads:
 # larger than the last-level cache of any box measured, so that it comes from memory as they do.
 READ_PROBE_MB = 256
+
+
+def read_rates(passes: list[list[float]]) -> dict[str, float]:
+    """A read probe's passes in GB/s (``_native.testing.read_bandwidth_passes``: one list for each
+    way of reading) as the benches set them beside runs: the best pass, and the median pass of
+    the way that gave it (the other way's passes ran at other moments). On a box whose
+    bandwidth moves with its other tenants the best pass can catch a fast moment that a run of
+    seconds does not get on average, where the median pass is nearer; a vCPU the host gives away
+    for part of the probe lowers the median, not the best."""
+    way = max(passes, key=max)
+    return {"best": max(way), "median": statistics.median(way)}
 
 
 def read_probe_threads(threads: int) -> int:

@@ -23,7 +23,7 @@ from wyoming_kazeia.native import Generator
 from wyoming_kazeia.settings import EngineSettings
 
 from ..reference.official_decoder import status_mb  # the one /proc reader (stdlib only)
-from .common import READ_PROBE_MB, logger, read_probe_threads
+from .common import READ_PROBE_MB, logger, read_probe_threads, read_rates
 from .player import Chunk, learn, player_figures, warm_rates
 
 # The cloned-voice rows' reference recording's transcript.
@@ -261,11 +261,12 @@ def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Talker and code-predictor ms per frame of the row's text with no decoder running:
     medians over the row's repeats, each run's (``*_runs_ms``), and the read bandwidth probed
     just before each run and after the last, which the report sets each run against: each
-    probe's best pass (``probes_gb_s``, GB/s) and its median pass (``probes_median_gb_s``)."""
+    probe's best pass (``probes_gb_s``, GB/s) and its median pass (``probes_median_gb_s``;
+    ``read_rates``)."""
     threads = read_probe_threads(args.threads)
     ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
     talker, predictor = [], []
-    probes = [testing.read_bandwidth_rates(READ_PROBE_MB, threads)]
+    probes = [read_rates(testing.read_bandwidth_passes(READ_PROBE_MB, threads))]
     for _ in range(args.repeats):
         it = engine.generator.frames(
             ids, args.speaker, args.language, seed=args.seed, max_frames=args.frames
@@ -275,7 +276,7 @@ def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
         it.close()
         talker.append(stats["talker_ms"] / max(frames, 1))
         predictor.append(stats["predictor_ms"] / max(frames, 1))
-        probes.append(testing.read_bandwidth_rates(READ_PROBE_MB, threads))
+        probes.append(read_rates(testing.read_bandwidth_passes(READ_PROBE_MB, threads)))
     return {
         "talker_ms": statistics.median(talker),
         "predictor_ms": statistics.median(predictor),

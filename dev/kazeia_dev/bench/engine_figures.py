@@ -9,7 +9,7 @@ from typing import Any
 
 from wyoming_kazeia._native import testing
 
-from .common import READ_PROBE_MB, fma_peak
+from .common import READ_PROBE_MB, fma_peak, read_rates
 from .targets import ENGINE_TARGETS_BY_MODEL, TARGETS
 
 # What a loaded row keeps of the runs alone around it, and of their mean.
@@ -103,7 +103,7 @@ def memory_floor(model_dir: Path, bandwidth_threads: int) -> dict[str, float]:
     that floor: its floor from the cache is its bytes at the rate of reading a buffer of one
     pass's size again and again."""
     floor: dict[str, float] = weights_read_per_frame(model_dir / "talker.gguf")
-    rates = testing.read_bandwidth_rates(READ_PROBE_MB, bandwidth_threads)
+    rates = read_rates(testing.read_bandwidth_passes(READ_PROBE_MB, bandwidth_threads))
     floor["read_gb_s"], floor["read_median_gb_s"] = rates["best"], rates["median"]
     for part in ("talker", "predictor"):
         floor[f"{part}_floor_ms"] = floor[f"{part}_mb"] / floor["read_gb_s"]

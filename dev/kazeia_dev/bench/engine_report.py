@@ -179,11 +179,13 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
 
     def around(part: str) -> str:
         ratios = runs_against_floor(alone[f"{part}_runs_ms"], probes, floor[f"{part}_mb"])
-        typical = runs_against_floor(alone[f"{part}_runs_ms"], medians, floor[f"{part}_mb"])
+        median_pass_ratios = runs_against_floor(
+            alone[f"{part}_runs_ms"], medians, floor[f"{part}_mb"]
+        )
         return (
             f"{statistics.median(ratios):.2f}x its floor ({min(ratios):.2f}-{max(ratios):.2f}x "
-            f"over {_count(len(ratios), 'run')}; {statistics.median(typical):.2f}x at the "
-            f"probes' median passes)"
+            f"over {_count(len(ratios), 'run')}; {statistics.median(median_pass_ratios):.2f}x "
+            f"at the probes' median passes)"
         )
 
     return [
@@ -200,8 +202,9 @@ def _memory_floor_lines(result: dict[str, Any]) -> list[str]:
         f"its median pass {floor['read_median_gb_s']:.1f} GB/s)",
         f"Each run at the read bandwidth probed around it (the mean of the probes just before "
         f"and after it in that process, their best passes {min(probes):.1f}-{max(probes):.1f} "
-        f"GB/s, median passes {min(medians):.1f}-{max(medians):.1f}, same threads; medians): "
-        f"talker {around('talker')}, code predictor {around('predictor')} (from memory)",
+        f"GB/s, median passes {min(medians):.1f}-{max(medians):.1f}, same threads; the ratios' "
+        f"medians over the runs): talker {around('talker')}, code predictor "
+        f"{around('predictor')} (from memory)",
     ]
 
 
