@@ -143,8 +143,10 @@ py::array_t<float> run_window_attention(const FloatArray &q, const FloatArray &k
 // (a neighbour, a vCPU the host gives to another guest meanwhile) can only slow a pass down: a
 // median of a few short passes reports half the peak of 2 threads if one vCPU is away for most.
 // Work that holds a core through every pass still lowers the best: the benches check the FMA
-// peak against one thread's. The read probe also hands its passes out (read_bandwidth_passes),
-// for benches that set them beside runs of seconds on a box whose bandwidth moves.
+// peak against one thread's. The read probe also hands its passes out (read_bandwidth_passes):
+// where a bench sets it beside runs of seconds on a box whose bandwidth moves from one moment
+// to the next, the best pass can catch a moment those runs do not get on average, so the
+// benches print a median pass beside the best, never instead of it.
 constexpr int PROBE_PASSES = 9;
 
 // Memory read bandwidth in GB/s of each of PROBE_PASSES passes: `threads` threads sum a
@@ -183,9 +185,10 @@ std::vector<double> read_passes(const std::vector<uint64_t> &data, WorkerPool &p
 
 // The memory read bandwidth the benches set beside the weight bytes a frame must read: the
 // passes of the two ways the weight products read their rows (one stream, then 4 streams a task:
-// one stream is bound by the misses a core keeps in flight on some CPUs), whichever way this
-// CPU's products take. Plain loads, no prefetch hints: a floor the products approach, which the
-// hinted streams have come a few percent under.
+// one stream is bound by the misses a core keeps in flight on some CPUs); the benches take the
+// way that gave the best pass, standing in for whichever way this CPU's products take. Plain
+// loads, no prefetch hints: a floor the products approach, which the hinted streams have come a
+// few percent under.
 std::vector<std::vector<double>> read_bandwidth_passes(int64_t megabytes, int threads) {
     if (megabytes < 1 || threads < 1 || threads > 512)
         throw InputError("read_bandwidth: megabytes >= 1 and threads in 1..512");
@@ -194,7 +197,7 @@ std::vector<std::vector<double>> read_bandwidth_passes(int64_t megabytes, int th
     return {read_passes(data, pool, 1), read_passes(data, pool, 4)};
 }
 
-// Its best pass.
+// The best pass of read_bandwidth_passes.
 double read_bandwidth(int64_t megabytes, int threads) {
     double best = 0.0;
     for (const std::vector<double> &passes : read_bandwidth_passes(megabytes, threads))

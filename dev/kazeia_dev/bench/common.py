@@ -137,7 +137,8 @@ def read_rates(passes: list[list[float]]) -> dict[str, float]:
     the way that gave it (the other way's passes ran at other moments). On a box whose
     bandwidth moves with its other tenants the best pass can catch a fast moment that a run of
     seconds does not get on average, where the median pass is nearer; a vCPU the host gives away
-    for part of the probe lowers the median, not the best."""
+    for part of the probe lowers the median, not the best. Where both ways reach the same best
+    pass, the first way's median."""
     way = max(passes, key=max)
     return {"best": max(way), "median": statistics.median(way)}
 
