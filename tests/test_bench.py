@@ -126,6 +126,24 @@ def test_winograd_performs_fewer_multiply_adds_in_the_residual_convs(
     assert 0.5 * nominal < performed < 0.9 * nominal
 
 
+def _parent_floor_line(floor: dict[str, float]) -> str:
+    """The report's floor line at the parent's probe for `floor`, beside one generator run."""
+    alone = {
+        "talker_ms": 1.0,
+        "predictor_ms": 2.0,
+        "talker_runs_ms": [1.0],
+        "predictor_runs_ms": [2.0],
+        "probes_gb_s": [10.0, 10.0],
+        "probes_median_gb_s": [8.0, 8.0],
+    }
+    result = {
+        "memory_floor": floor,
+        "rows": {"subprocess": {"generator_alone": alone}},
+        "config": {"bandwidth_threads": 1},
+    }
+    return _memory_floor_lines(result)[-2]
+
+
 def test_the_floor_line_sets_the_code_predictor_against_both_read_rates(
     talker_gguf: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -141,20 +159,7 @@ def test_the_floor_line_sets_the_code_predictor_against_both_read_rates(
     assert floor["predictor_cached_floor_ms"] == pytest.approx(
         floor["predictor_mb"] / floor["reread_gb_s"]
     )
-    alone = {
-        "talker_ms": 1.0,
-        "predictor_ms": 2.0,
-        "talker_runs_ms": [1.0],
-        "predictor_runs_ms": [2.0],
-        "probes_gb_s": [10.0, 10.0],
-        "probes_median_gb_s": [8.0, 8.0],
-    }
-    result = {
-        "memory_floor": floor,
-        "rows": {"subprocess": {"generator_alone": alone}},
-        "config": {"bandwidth_threads": 1},
-    }
-    line = _memory_floor_lines(result)[-2]
+    line = _parent_floor_line(floor)
     assert (
         f"{floor['predictor_cached_floor_ms']:.1f} ms at the {floor['reread_gb_s']:.1f} GB/s"
         in line
@@ -179,22 +184,9 @@ def test_the_floor_is_set_at_the_probes_best_pass_with_its_median_beside_it(
     floor = memory_floor(tmp_path, 1)
     assert (floor["read_gb_s"], floor["read_median_gb_s"]) == (30.0, 11.5)
     assert floor["talker_floor_ms"] == pytest.approx(floor["talker_mb"] / 30.0)
-    alone = {
-        "talker_ms": 1.0,
-        "predictor_ms": 2.0,
-        "talker_runs_ms": [1.0],
-        "predictor_runs_ms": [2.0],
-        "probes_gb_s": [10.0, 10.0],
-        "probes_median_gb_s": [8.0, 8.0],
-    }
-    result = {
-        "memory_floor": floor,
-        "rows": {"subprocess": {"generator_alone": alone}},
-        "config": {"bandwidth_threads": 1},
-    }
     assert (
         "at the 30.0 GB/s read bandwidth measured after the rows (1 thread; the probe's best "
-        "pass, its median pass 11.5 GB/s)" in _memory_floor_lines(result)[-2]
+        "pass, its median pass 11.5 GB/s)" in _parent_floor_line(floor)
     )
 
 
