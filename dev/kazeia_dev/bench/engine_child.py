@@ -264,9 +264,13 @@ def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
     probe's best pass (``probes_gb_s``, GB/s) and its median pass (``probes_median_gb_s``;
     ``read_rates``)."""
     threads = read_probe_threads(args.threads)
+
+    def probe() -> dict[str, float]:
+        return read_rates(testing.read_bandwidth_passes(READ_PROBE_MB, threads))
+
     ids = np.asarray(engine.tokenizer.prompt_ids(args.text))
     talker, predictor = [], []
-    probes = [read_rates(testing.read_bandwidth_passes(READ_PROBE_MB, threads))]
+    probes = [probe()]
     for _ in range(args.repeats):
         it = engine.generator.frames(
             ids, args.speaker, args.language, seed=args.seed, max_frames=args.frames
@@ -276,7 +280,7 @@ def _generator_alone(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
         it.close()
         talker.append(stats["talker_ms"] / max(frames, 1))
         predictor.append(stats["predictor_ms"] / max(frames, 1))
-        probes.append(read_rates(testing.read_bandwidth_passes(READ_PROBE_MB, threads)))
+        probes.append(probe())
     return {
         "talker_ms": statistics.median(talker),
         "predictor_ms": statistics.median(predictor),
